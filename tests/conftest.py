@@ -1,0 +1,15 @@
+"""Test-session setup: 8 host CPU devices (for mesh tests) and JAX's persistent compilation cache.
+
+XLA_FLAGS must be set before JAX initialises its backends, hence at import time here.
+"""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir",
+                  os.environ.get("TRACE_JAX_TEST_CACHE", os.path.expanduser("~/.cache/trace_jax/jax_test_cache")))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)

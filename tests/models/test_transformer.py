@@ -1,0 +1,105 @@
+"""The decoder against transformers' PyTorch implementation: full-sequence and cached incremental logits."""
+
+import jax
+import numpy as np
+import pytest
+import transformers
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from tests.models.hf_reference import VOCAB, hf_config, logits_and_hidden
+from trace_jax.models import forward, hf_io, init_cache, init_params
+from trace_jax.models.config import config_from_hf
+from trace_jax.models.presets import get_preset
+from trace_jax.models.rope import inv_frequencies
+
+FAMILIES = ["qwen3", "qwen2", "llama"]
+TOL = 1e-4
+_forward = jax.jit(forward, static_argnums=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_full_sequence_matches_transformers(hf_checkpoint, family):
+    path, model = hf_checkpoint(family)
+    config, params = hf_io.load(path)
+    tokens = np.random.RandomState(1).randint(0, VOCAB, (3, 21))
+    positions = np.broadcast_to(np.arange(21), tokens.shape)
+    logits, hidden, cache = _forward(config, params, tokens, positions)
+    ref_logits, ref_hidden = logits_and_hidden(model, tokens)
+    assert cache is None
+    np.testing.assert_allclose(np.asarray(logits), ref_logits, atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(hidden), ref_hidden, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cached_incremental_decoding_matches_full_pass(hf_checkpoint, family):
+    """Rows of different prefix lengths share a batch: prefill, token-by-token decode, then a ragged chunk."""
+    path, model = hf_checkpoint(family)
+    config, params = hf_io.load(path)
+    schedule = [(7, 3, 5), (1, 1, 1), (1, 1, 1), (1, 1, 1), (2, 0, 3), (1, 1, 1)]
+    total = np.sum(schedule, axis=0)
+    full = np.random.RandomState(2).randint(0, VOCAB, (3, int(total.max())))
+    ref_logits, ref_hidden = logits_and_hidden(model, full)
+
+    cache = init_cache(config, batch=3, max_len=int(total.max()) + 2)
+    consumed = np.zeros(3, int)
+    for counts in schedule:
+        width = max(counts)
+        chunk = np.zeros((3, width), np.int32)
+        mask = np.zeros((3, width), bool)
+        for b, c in enumerate(counts):
+            chunk[b, :c] = full[b, consumed[b]:consumed[b] + c]
+            mask[b, :c] = True
+        positions = consumed[:, None] + np.arange(width)[None, :]
+        logits, hidden, cache = _forward(config, params, chunk, positions, cache, mask)
+        for b, c in enumerate(counts):
+            want = slice(consumed[b], consumed[b] + c)
+            np.testing.assert_allclose(np.asarray(logits[b, :c]), ref_logits[b, want], atol=TOL, rtol=0)
+            np.testing.assert_allclose(np.asarray(hidden[b, :c]), ref_hidden[b, want], atol=TOL, rtol=0)
+        consumed += counts
+        np.testing.assert_array_equal(np.asarray(cache.lengths), consumed)
+
+
+def test_padding_does_not_change_a_rows_logits():
+    """Without a cache, masked (padding) keys are invisible to real tokens."""
+    config = get_preset("tiny")
+    params = init_params(config, 0)
+    tokens = np.random.RandomState(3).randint(0, config.vocab_size, (2, 9))
+    positions = np.broadcast_to(np.arange(9), tokens.shape)
+    mask = np.ones((2, 9), bool)
+    mask[1, 6:] = False
+    padded, _, _ = _forward(config, params, tokens, positions, None, mask)
+    alone, _, _ = _forward(config, params, tokens[1:, :6], positions[1:, :6])
+    np.testing.assert_allclose(np.asarray(padded[1, :6]), np.asarray(alone[0]), atol=1e-5, rtol=0)
+
+
+def test_cache_gather_forks_rows():
+    config = get_preset("tiny")
+    cache = init_cache(config, batch=3, max_len=4)
+    cache = cache.replace(lengths=cache.lengths.at[:].set(np.array([1, 2, 3])))
+    forked = cache.gather(np.array([2, 2, 0, 1]))
+    assert forked.k.shape == (config.num_layers, 4, 4, config.num_kv_heads, config.head_dim)
+    np.testing.assert_array_equal(np.asarray(forked.lengths), [3, 3, 1, 2])
+
+
+@pytest.mark.parametrize("rope_parameters", [
+    dict(rope_type="linear", rope_theta=20000.0, factor=4.0),
+    dict(rope_type="llama3", rope_theta=500000.0, factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+         original_max_position_embeddings=8192),
+    dict(rope_type="yarn", rope_theta=1000000.0, factor=4.0, original_max_position_embeddings=32768),
+    dict(rope_type="yarn", rope_theta=10000.0, factor=2.0, original_max_position_embeddings=2048,
+         attention_factor=1.3, beta_fast=16.0, beta_slow=2.0),
+])
+def test_rope_frequencies_match_transformers(rope_parameters):
+    hf = transformers.LlamaConfig(hidden_size=256, num_attention_heads=2, head_dim=128,
+                                  max_position_embeddings=131072, rope_parameters=rope_parameters)
+    ref_inv_freq, ref_factor = ROPE_INIT_FUNCTIONS[rope_parameters["rope_type"]](hf, "cpu")
+    inv_freq, factor = inv_frequencies(config_from_hf(hf.to_dict()))
+    np.testing.assert_allclose(inv_freq, ref_inv_freq.numpy(), rtol=1e-6)
+    assert factor == pytest.approx(ref_factor)
+
+
+def test_unsupported_rope_type_is_named():
+    hf = hf_config("llama").to_dict()
+    hf["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 1e4}
+    with pytest.raises(ValueError, match="longrope"):
+        config_from_hf(hf)

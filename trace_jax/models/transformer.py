@@ -1,0 +1,222 @@
+"""Decoder-only LM of the Qwen3 / Qwen2 / Llama-3 families in Flax NNX, used through a pure `forward`.
+
+Params are a plain nested dict of arrays (the NNX state as a pure dict, layers stacked on a
+leading axis and run with `lax.scan`), so the sampler, learner, predictor, checkpoints and
+sharding rules all see one ordinary pytree. Shapes use: B batch, S new tokens, T cache
+slots, D hidden, N query heads, K kv heads, G = N / K, H head dim, F MLP width, V vocab.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from trace_jax.models.cache import KVCache
+from trace_jax.models.config import ModelConfig
+from trace_jax.models.rope import apply_rope, sin_cos
+
+Params = dict[str, Any]
+_MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (not NaN) softmax
+
+
+def _init(std=0.02):
+    return nnx.initializers.normal(std)
+
+
+class RMSNorm(nnx.Module):
+    """x / rms(x) * scale, normalized in float32 (as transformers' Llama/Qwen RMSNorm)."""
+
+    def __init__(self, dim: int, eps: float, param_dtype):
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
+        self.eps = eps
+
+    def __call__(self, x):
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.scale[...].astype(x.dtype) * normed.astype(x.dtype)
+
+
+def _linear(config: ModelConfig, d_in: int, d_out: int, bias: bool, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(d_in, d_out, use_bias=bias, dtype=config.jnp_dtype, param_dtype=config.jnp_param_dtype,
+                      kernel_init=_init(), rngs=rngs)
+
+
+class Attention(nnx.Module):
+    """Grouped-query attention with optional QK-norm and biases, writing its keys/values to the cache."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c = config
+        self.config = c
+        self.q_proj = _linear(c, c.hidden_size, c.num_heads * c.head_dim, c.qkv_bias, rngs)
+        self.k_proj = _linear(c, c.hidden_size, c.num_kv_heads * c.head_dim, c.qkv_bias, rngs)
+        self.v_proj = _linear(c, c.hidden_size, c.num_kv_heads * c.head_dim, c.qkv_bias, rngs)
+        self.o_proj = _linear(c, c.num_heads * c.head_dim, c.hidden_size, c.o_bias, rngs)
+        if c.qk_norm:
+            self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.jnp_param_dtype)
+            self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.jnp_param_dtype)
+
+    def __call__(self, x, sin, cos, mask, kv=None, write_slots=None):
+        """x [B,S,D]; mask [B,S,T] bool; kv = (k_cache, v_cache) [B,T,K,H] or None; write_slots [B,S]."""
+        c = self.config
+        B, S, _ = x.shape
+        q = self.q_proj(x).reshape(B, S, c.num_heads, c.head_dim)
+        k = self.k_proj(x).reshape(B, S, c.num_kv_heads, c.head_dim)
+        v = self.v_proj(x).reshape(B, S, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, sin, cos), apply_rope(k, sin, cos)
+        if kv is not None:
+            rows = jnp.arange(B)[:, None]
+            k_cache = kv[0].at[rows, write_slots].set(k.astype(kv[0].dtype), mode="drop")
+            v_cache = kv[1].at[rows, write_slots].set(v.astype(kv[1].dtype), mode="drop")
+            keys, values, kv = k_cache.astype(q.dtype), v_cache.astype(q.dtype), (k_cache, v_cache)
+        else:
+            keys, values = k, v
+        G = c.num_heads // c.num_kv_heads
+        q = q.reshape(B, S, c.num_kv_heads, G, c.head_dim)
+        scores = jnp.einsum("BSKGH,BTKH->BKGST", q, keys, preferred_element_type=jnp.float32)
+        scores = scores * (c.head_dim ** -0.5)
+        scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
+        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+        out = jnp.einsum("BKGST,BTKH->BSKGH", probs, values).reshape(B, S, c.num_heads * c.head_dim)
+        return self.o_proj(out), kv
+
+
+class MLP(nnx.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c = config
+        self.gate_proj = _linear(c, c.hidden_size, c.intermediate_size, c.mlp_bias, rngs)
+        self.up_proj = _linear(c, c.hidden_size, c.intermediate_size, c.mlp_bias, rngs)
+        self.down_proj = _linear(c, c.intermediate_size, c.hidden_size, c.mlp_bias, rngs)
+
+    def __call__(self, x):
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c = config
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.jnp_param_dtype)
+        self.self_attn = Attention(c, rngs=rngs)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.jnp_param_dtype)
+        self.mlp = MLP(c, rngs=rngs)
+
+    def __call__(self, x, sin, cos, mask, kv=None, write_slots=None):
+        attn_out, kv = self.self_attn(self.input_layernorm(x), sin, cos, mask, kv, write_slots)
+        x = x + attn_out
+        return x + self.mlp(self.post_attention_layernorm(x)), kv
+
+
+class Transformer(nnx.Module):
+    """Embedding -> L scanned decoder layers -> final RMSNorm -> LM head (tied or not)."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c = config
+        self.config = c
+        self.embed_tokens = nnx.Embed(c.vocab_size, c.hidden_size, dtype=c.jnp_dtype,
+                                      param_dtype=c.jnp_param_dtype, embedding_init=_init(), rngs=rngs)
+
+        @nnx.split_rngs(splits=c.num_layers)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def make_layers(rngs):
+            return DecoderLayer(c, rngs=rngs)
+
+        self.layers = make_layers(rngs)
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.jnp_param_dtype)
+        if not c.tie_word_embeddings:
+            self.lm_head = _linear(c, c.hidden_size, c.vocab_size, False, rngs)
+
+    def __call__(self, tokens, positions, cache: KVCache | None = None, attention_mask=None):
+        c = self.config
+        B, S = tokens.shape
+        valid = jnp.ones((B, S), bool) if attention_mask is None else attention_mask.astype(bool)
+        sin, cos = sin_cos(c, positions)
+        x = self.embed_tokens(tokens)
+        layer_def, layer_state = nnx.split(self.layers)
+
+        if cache is None:
+            causal = jnp.tril(jnp.ones((S, S), bool))
+            mask = causal[None] & valid[:, None, :]
+
+            def body(h, state):
+                h, _ = nnx.merge(layer_def, state)(h, sin, cos, mask)
+                return h, None
+
+            x, _ = jax.lax.scan(body, x, layer_state)
+            new_cache = None
+        else:
+            write_slots = cache.lengths[:, None] + jnp.arange(S)[None, :]  # [B, S]
+            mask = _cached_mask(cache.lengths, valid, cache.max_len)
+
+            def body(h, xs):
+                state, k, v = xs
+                h, (k, v) = nnx.merge(layer_def, state)(h, sin, cos, mask, (k, v), write_slots)
+                return h, (k, v)
+
+            x, (k, v) = jax.lax.scan(body, x, (layer_state, cache.k, cache.v))
+            new_cache = KVCache(k=k, v=v, lengths=cache.lengths + valid.sum(axis=1, dtype=jnp.int32))
+
+        hidden = self.norm(x)
+        logits = self.embed_tokens.attend(hidden) if c.tie_word_embeddings else self.lm_head(hidden)
+        return logits, hidden, new_cache
+
+
+def _cached_mask(lengths, valid, max_len):
+    """[B, S, T]: query s of row b sees the row's cached slots and the chunk's valid tokens up to s.
+
+    The chunk is right-padded: its valid tokens come first and land in slots lengths[b] + s.
+    """
+    S = valid.shape[1]
+    rel = jnp.arange(max_len)[None, :] - lengths[:, None]  # [B, T]: slot's index within the chunk
+    in_chunk_valid = jnp.take_along_axis(valid, jnp.clip(rel, 0, S - 1), axis=1) & (rel < S)
+    causal = rel[:, None, :] <= jnp.arange(S)[None, :, None]  # [B, S, T]
+    return (rel < 0)[:, None, :] | (causal & in_chunk_valid[:, None, :])
+
+
+@functools.lru_cache(maxsize=None)
+def _abstract(config: ModelConfig):
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0))))
+    return graphdef, state
+
+
+def param_shapes(config: ModelConfig) -> Params:
+    """The params pytree as jax.ShapeDtypeStruct leaves (no memory touched)."""
+    return nnx.to_pure_dict(_abstract(config)[1])
+
+
+def num_params(config: ModelConfig) -> int:
+    return sum(int(x.size) for x in jax.tree.leaves(param_shapes(config)))
+
+
+def init_params(config: ModelConfig, seed: int | jax.Array = 0) -> Params:
+    """Random params (normal(0.02) weights, unit norms, zero biases) as a plain nested dict."""
+    key = jax.random.key(seed) if isinstance(seed, int) else seed
+    return nnx.to_pure_dict(nnx.state(Transformer(config, rngs=nnx.Rngs(params=key))))
+
+
+def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCache | None = None,
+            attention_mask=None):
+    """The model as a pure function.
+
+    Args:
+      config: static model config.
+      params: plain nested dict, as from `init_params` or `hf_io.load`.
+      tokens: [B, S] int token ids.
+      positions: [B, S] int RoPE positions.
+      cache: None for a full-sequence pass; else a KVCache whose row b gets the chunk
+        written at slots lengths[b] + s. The returned cache has lengths advanced by the
+        number of valid tokens per row.
+      attention_mask: [B, S] bool/int, True for real tokens. With a cache the chunk must be
+        right-padded (valid tokens first); without one any pattern works (keys are masked).
+
+    Returns:
+      (logits [B, S, V] in the compute dtype, hidden [B, S, D] final-normed, cache or None).
+    """
+    model = nnx.merge(_abstract(config)[0], params)
+    return model(tokens, positions, cache=cache, attention_mask=attention_mask)
