@@ -132,7 +132,11 @@ class Transformer(nnx.Module):
         if not c.tie_word_embeddings:
             self.lm_head = _linear(c, c.hidden_size, c.vocab_size, False, rngs)
 
-    def __call__(self, tokens, positions, cache: KVCache | None = None, attention_mask=None):
+    def unembed(self, hidden):
+        """hidden [..., D] -> logits [..., V] through the (tied or separate) LM head."""
+        return self.embed_tokens.attend(hidden) if self.config.tie_word_embeddings else self.lm_head(hidden)
+
+    def __call__(self, tokens, positions, cache: KVCache | None = None, attention_mask=None, return_logits=True):
         c = self.config
         B, S = tokens.shape
         valid = jnp.ones((B, S), bool) if attention_mask is None else attention_mask.astype(bool)
@@ -163,8 +167,7 @@ class Transformer(nnx.Module):
             new_cache = KVCache(k=k, v=v, lengths=cache.lengths + valid.sum(axis=1, dtype=jnp.int32))
 
         hidden = self.norm(x)
-        logits = self.embed_tokens.attend(hidden) if c.tie_word_embeddings else self.lm_head(hidden)
-        return logits, hidden, new_cache
+        return (self.unembed(hidden) if return_logits else None), hidden, new_cache
 
 
 def _cached_mask(lengths, valid, max_len):
@@ -201,7 +204,7 @@ def init_params(config: ModelConfig, seed: int | jax.Array = 0) -> Params:
 
 
 def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCache | None = None,
-            attention_mask=None):
+            attention_mask=None, *, return_logits: bool = True):
     """The model as a pure function.
 
     Args:
@@ -214,9 +217,16 @@ def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCac
         number of valid tokens per row.
       attention_mask: [B, S] bool/int, True for real tokens. With a cache the chunk must be
         right-padded (valid tokens first); without one any pattern works (keys are masked).
+      return_logits: False skips the LM head (logits None): a prefill that needs only the
+        last position's logits applies `unembed` to that hidden state instead of [B, S, V].
 
     Returns:
       (logits [B, S, V] in the compute dtype, hidden [B, S, D] final-normed, cache or None).
     """
     model = nnx.merge(_abstract(config)[0], params)
-    return model(tokens, positions, cache=cache, attention_mask=attention_mask)
+    return model(tokens, positions, cache=cache, attention_mask=attention_mask, return_logits=return_logits)
+
+
+def unembed(config: ModelConfig, params: Params, hidden):
+    """Final-normed hidden [..., D] -> logits [..., V] (the LM head alone)."""
+    return nnx.merge(_abstract(config)[0], params).unembed(hidden)

@@ -1,0 +1,247 @@
+"""The rollout engine: chunked prefill (`extend`), the jitted decode loop, `generate` and `tree_expand`.
+
+Three jitted programs do all device work: `_append` (a prefill chunk into existing rows),
+`_decode` (a `lax.while_loop` that samples and feeds tokens until every row stops) and the
+row gather of `state.gather_rows`. The host functions around them pad batch and lengths to
+buckets, keep the cache in and out (donated), and read back one small array per call: no
+per-token host syncs. Randomness of row r at its t-th new token is
+`fold_in(fold_in(key(seed), r), t)`, so a row's sample does not depend on its batch-mates.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from trace_jax.models.config import ModelConfig
+from trace_jax.models.transformer import Params, forward, unembed
+from trace_jax.sampling.select import SamplingParams, select
+from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, empty_state, gather_rows, grow,
+                                      length_bucket)
+
+TRACES: collections.Counter = collections.Counter()  # program name -> times traced (tests guard recompiles)
+MAX_CHUNK = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """One decode call's result on the host, real rows only (padding rows dropped).
+
+    Attributes:
+      tokens: [n, N] int32 new tokens, valid up to `lengths` (the stop token included).
+      logprobs: [n, N] float32 log-probs of those tokens under softmax(logits / T).
+      entropy: [n, N] float32 entropy of that distribution at each step, or None.
+      lengths: [n] new tokens per row.
+      stopped: [n] True where the row ended on a stop id (else it hit max_new_tokens).
+      hidden: [n, D] final-layer hidden state at each row's last token.
+    """
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    entropy: np.ndarray | None
+    lengths: np.ndarray
+    stopped: np.ndarray
+    hidden: np.ndarray
+
+    def row(self, i: int) -> list[int]:
+        return self.tokens[i, : self.lengths[i]].tolist()
+
+
+# --- jitted programs --------------------------------------------------------------------------
+
+def _append_body(config: ModelConfig, params: Params, state: SamplerState, tokens, mask) -> SamplerState:
+    """Writes tokens [B, C] (right-padded, mask [B, C]) after each row's last token."""
+    B, C = tokens.shape
+    lengths = state.cache.lengths
+    slots = lengths[:, None] + jnp.arange(C)[None, :]
+    _, hidden, cache = forward(config, params, tokens, slots, state.cache, mask, return_logits=False)
+    count = mask.sum(axis=1)
+    last_hidden = hidden[jnp.arange(B), jnp.maximum(count - 1, 0)]
+    logits = unembed(config, params, last_hidden).astype(jnp.float32)
+    changed = (count > 0)[:, None]
+    return SamplerState(
+        cache=cache,
+        tokens=state.tokens.at[jnp.arange(B)[:, None], slots].set(tokens, mode="drop"),
+        logits=jnp.where(changed, logits, state.logits),
+        hidden=jnp.where(changed, last_hidden, state.hidden),
+    )
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
+def _append(config, params, state, tokens, mask):
+    TRACES["append"] += 1
+    return _append_body(config, params, state, tokens, mask)
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
+def _rewind(config, params, state, lengths):
+    """Cuts each row back to `lengths` tokens and recomputes its logits/hidden from the kept last token."""
+    TRACES["rewind"] += 1
+    last = jnp.take_along_axis(state.tokens, (lengths - 1)[:, None], axis=1)
+    state = state.replace(cache=state.cache.replace(lengths=lengths - 1))
+    return _append_body(config, params, state, last, jnp.ones_like(last, bool))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+def _decode(config: ModelConfig, sampling: SamplingParams, params: Params, state: SamplerState, row_keys, active):
+    TRACES["decode"] += 1
+    B, N = state.batch_size, sampling.max_new_tokens
+    stop_ids = jnp.asarray(sampling.stop_ids or (-1,), jnp.int32)
+    rows = jnp.arange(B)
+    out = dict(
+        tokens=jnp.zeros((B, N), jnp.int32),
+        logprobs=jnp.zeros((B, N), jnp.float32),
+        entropy=jnp.zeros((B, N), jnp.float32) if sampling.return_entropy else None,
+        lengths=jnp.zeros((B,), jnp.int32),
+        stopped=jnp.zeros((B,), bool),
+    )
+
+    def cond(carry):
+        t, _, _, done = carry
+        return (t < N) & ~jnp.all(done)
+
+    def body(carry):
+        t, state, out, done = carry
+        live = ~done
+        keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, t)
+        token, logprob, entropy = select(state.logits, keys, sampling)
+        out = dict(out)
+        out["tokens"] = out["tokens"].at[:, t].set(jnp.where(live, token, 0))
+        out["logprobs"] = out["logprobs"].at[:, t].set(jnp.where(live, logprob, 0.0))
+        if entropy is not None:
+            out["entropy"] = out["entropy"].at[:, t].set(jnp.where(live, entropy, 0.0))
+        out["lengths"] = out["lengths"] + live
+        hit_stop = live & jnp.isin(token, stop_ids)
+        out["stopped"] = out["stopped"] | hit_stop
+        # Feed the token (stop tokens too): the cache then holds the whole turn and `hidden` is at its end.
+        lengths = state.cache.lengths
+        logits, hidden, cache = forward(config, params, token[:, None], lengths[:, None], state.cache, live[:, None])
+        state = SamplerState(
+            cache=cache,
+            tokens=state.tokens.at[rows, lengths].set(token, mode="drop"),
+            logits=jnp.where(live[:, None], logits[:, 0].astype(jnp.float32), state.logits),
+            hidden=jnp.where(live[:, None], hidden[:, 0], state.hidden),
+        )
+        done = done | hit_stop | (out["lengths"] >= N)
+        return t + 1, state, out, done
+
+    _, state, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out, ~active))
+    return out, state
+
+
+# --- host API ---------------------------------------------------------------------------------
+
+def _host_lengths(state: SamplerState) -> np.ndarray:
+    return np.array(jax.device_get(state.cache.lengths))  # a writable host copy
+
+
+def ensure_capacity(state: SamplerState, needed: int) -> SamplerState:
+    """Grows every row's cache to a bucketed capacity >= needed (no-op when it fits)."""
+    if needed <= state.capacity:
+        return state
+    return grow(state, length_bucket(needed))
+
+
+def start(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]], *, reserve: int = 0,
+          max_chunk: int = MAX_CHUNK) -> SamplerState:
+    """Prefills each prompt into its own row of a fresh state with room for `reserve` more tokens."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    capacity = length_bucket(max(len(p) for p in prompts) + reserve)
+    state = empty_state(config, batch_bucket(len(prompts)), capacity)
+    return extend(config, params, state, prompts, max_chunk=max_chunk)
+
+
+def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens: Sequence[Sequence[int]], *,
+           max_chunk: int = MAX_CHUNK) -> SamplerState:
+    """Appends new_tokens[i] to row i with a chunked prefill; no row's history is re-prefilled.
+
+    Rows past len(new_tokens), and rows given an empty list, are unchanged. Consumes `state`
+    (its buffers are donated); fork first (`gather_rows`) to keep a copy.
+    """
+    if len(new_tokens) > state.batch_size:
+        raise ValueError(f"{len(new_tokens)} token lists for a state of {state.batch_size} rows")
+    longest = max((len(t) for t in new_tokens), default=0)
+    if longest == 0:
+        return state
+    lengths = _host_lengths(state)
+    state = ensure_capacity(state, int(max(lengths[i] + len(t) for i, t in enumerate(new_tokens))))
+    width = chunk_bucket(longest, max_chunk)
+    for begin in range(0, longest, width):
+        chunk = np.zeros((state.batch_size, width), np.int32)
+        mask = np.zeros((state.batch_size, width), bool)
+        for i, toks in enumerate(new_tokens):
+            piece = toks[begin:begin + width]
+            chunk[i, : len(piece)] = piece
+            mask[i, : len(piece)] = True
+        state = _append(config, params, state, jnp.asarray(chunk), jnp.asarray(mask))
+    return state
+
+
+def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: SamplingParams, *, seed: int,
+           row_ids: Sequence[int], active: Sequence[bool] | None = None) -> tuple[Generation, SamplerState]:
+    """Continues rows 0..len(row_ids)-1 of `state` (those `active`) until a stop id or max_new_tokens.
+
+    Consumes `state`; returns the host-side Generation and the state holding every fed token.
+    """
+    n = len(row_ids)
+    if n > state.batch_size:
+        raise ValueError(f"{n} row ids for a state of {state.batch_size} rows")
+    live = np.zeros(state.batch_size, bool)
+    live[:n] = True if active is None else np.asarray(active, bool)
+    lengths = _host_lengths(state)
+    if live.any():
+        state = ensure_capacity(state, int(lengths[live].max()) + sampling.max_new_tokens)
+    ids = np.zeros(state.batch_size, np.uint32)
+    ids[:n] = np.asarray(row_ids, np.uint32)
+    row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(jax.random.key(seed), jnp.asarray(ids))
+    out, state = _decode(config, sampling, params, state, row_keys, jnp.asarray(live))
+    out, hidden = jax.device_get((out, state.hidden))
+    result = Generation(
+        tokens=out["tokens"][:n], logprobs=out["logprobs"][:n],
+        entropy=None if out["entropy"] is None else out["entropy"][:n],
+        lengths=out["lengths"][:n], stopped=out["stopped"][:n], hidden=np.asarray(hidden[:n]))
+    return result, state
+
+
+def generate(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
+             seed: int, row_ids: Sequence[int] | None = None) -> tuple[Generation, SamplerState]:
+    """Prefill + decode for a batch of prompts of different lengths."""
+    row_ids = list(range(len(prompts))) if row_ids is None else list(row_ids)
+    state = start(config, params, prompts, reserve=sampling.max_new_tokens)
+    return decode(config, params, state, sampling, seed=seed, row_ids=row_ids)
+
+
+def tree_expand(config: ModelConfig, params: Params, prefixes: SamplerState | Sequence[Sequence[int]],
+                parent_index: Sequence[int], sampling: SamplingParams, *, seed: int, row_ids: Sequence[int],
+                fork_lengths: Sequence[int] | None = None) -> tuple[Generation, SamplerState]:
+    """Decodes branch i from prefix parent_index[i]: unique prefixes are prefilled once, forked by one gather.
+
+    Args:
+      prefixes: a SamplerState (e.g. live rollouts; left intact) or token lists (prefilled once each).
+      parent_index: for each branch, the row of `prefixes` it continues.
+      fork_lengths: optional per-branch prefix length: branch from an earlier turn boundary of its
+        parent row (its first `fork_lengths[i]` tokens) without re-prefilling it.
+    """
+    if len(parent_index) != len(row_ids):
+        raise ValueError(f"{len(parent_index)} parents but {len(row_ids)} row ids")
+    if not isinstance(prefixes, SamplerState):
+        prefixes = start(config, params, prefixes, reserve=sampling.max_new_tokens)
+    index = np.zeros(batch_bucket(len(parent_index)), np.int32)
+    index[: len(parent_index)] = parent_index
+    branches = gather_rows(prefixes, jnp.asarray(index))
+    if fork_lengths is not None:
+        cut = _host_lengths(branches)
+        cut[: len(fork_lengths)] = fork_lengths
+        have = _host_lengths(branches)
+        if (cut < 1).any() or (cut > have).any():
+            raise ValueError(f"fork_lengths must lie in [1, parent length]; got {list(fork_lengths)} "
+                             f"for parents of lengths {have[: len(fork_lengths)].tolist()}")
+        branches = _rewind(config, params, branches, jnp.asarray(cut, jnp.int32))
+    return decode(config, params, branches, sampling, seed=seed, row_ids=row_ids)

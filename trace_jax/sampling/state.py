@@ -1,0 +1,81 @@
+"""Sampler state (KV cache + token history + next-token logits + last hidden) and shape buckets.
+
+A `SamplerState` row is a prefix ready to be continued: its cache holds every token so far,
+`logits` are the next-token logits after the last one, `hidden` is the final-layer hidden
+state at the last token (the success predictor's feature). Rows fork by one gather.
+Batch and length are rounded up to a few bucket sizes so a long run compiles a handful of
+programs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from trace_jax.models.cache import KVCache, init_cache
+from trace_jax.models.config import ModelConfig
+
+
+@struct.dataclass
+class SamplerState:
+    cache: KVCache
+    tokens: jax.Array  # [B, T] int32: the token in each cache slot
+    logits: jax.Array  # [B, V] float32: next-token logits after each row's last token
+    hidden: jax.Array  # [B, D]: final-layer hidden state at each row's last token
+
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return self.tokens.shape[1]
+
+
+def empty_state(config: ModelConfig, batch: int, capacity: int) -> SamplerState:
+    return SamplerState(
+        cache=init_cache(config, batch, capacity),
+        tokens=jnp.zeros((batch, capacity), jnp.int32),
+        logits=jnp.zeros((batch, config.vocab_size), jnp.float32),
+        hidden=jnp.zeros((batch, config.hidden_size), config.jnp_dtype),
+    )
+
+
+def batch_bucket(n: int) -> int:
+    """Rows are padded to the next power of two."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def length_bucket(n: int, minimum: int = 64) -> int:
+    """Cache capacity: 4 sizes per octave (at most 25% unused slots, which decode still reads)."""
+    n = max(int(n), minimum)
+    granule = max(minimum // 4, 1 << max(0, (n // 4).bit_length() - 1))
+    return -(-n // granule) * granule
+
+
+def chunk_bucket(n: int, maximum: int) -> int:
+    """Prefill chunk width: a power of two in [16, maximum]."""
+    return min(maximum, max(16, batch_bucket(n)))
+
+
+@jax.jit
+def gather_rows(state: SamplerState, rows: jax.Array) -> SamplerState:
+    """Row i of the result is a copy of row rows[i]: one gather forks prefixes to branches."""
+    take = lambda x: jnp.take(x, rows, axis=0)  # noqa: E731
+    return SamplerState(cache=state.cache.gather(rows), tokens=take(state.tokens), logits=take(state.logits),
+                        hidden=take(state.hidden))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def grow(state: SamplerState, capacity: int) -> SamplerState:
+    """The same rows with `capacity` slots (new slots empty); used when a row would outgrow its cache."""
+    extra = capacity - state.capacity
+
+    def pad(x, axis):
+        return jnp.pad(x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
+
+    cache = state.cache.replace(k=pad(state.cache.k, 2), v=pad(state.cache.v, 2))
+    return state.replace(cache=cache, tokens=pad(state.tokens, 1))
