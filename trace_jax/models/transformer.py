@@ -60,7 +60,7 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.jnp_param_dtype)
 
     def __call__(self, x, sin, cos, mask, kv=None, write_slots=None):
-        """x [B,S,D]; mask [B,S,T] bool; kv = (k_cache, v_cache) [B,T,K,H] or None; write_slots [B,S]."""
+        """x [B,S,D]; mask [B,S,T] bool; kv = (k_cache, v_cache) [B,K,T,H] or None; write_slots [B,S]."""
         c = self.config
         B, S, _ = x.shape
         q = self.q_proj(x).reshape(B, S, c.num_heads, c.head_dim)
@@ -71,18 +71,29 @@ class Attention(nnx.Module):
         q, k = apply_rope(q, sin, cos), apply_rope(k, sin, cos)
         if kv is not None:
             rows = jnp.arange(B)[:, None]
-            k_cache = kv[0].at[rows, write_slots].set(k.astype(kv[0].dtype), mode="drop")
-            v_cache = kv[1].at[rows, write_slots].set(v.astype(kv[1].dtype), mode="drop")
+            k_cache = kv[0].at[rows, :, write_slots].set(k.astype(kv[0].dtype), mode="drop")
+            v_cache = kv[1].at[rows, :, write_slots].set(v.astype(kv[1].dtype), mode="drop")
             keys, values, kv = k_cache.astype(q.dtype), v_cache.astype(q.dtype), (k_cache, v_cache)
         else:
-            keys, values = k, v
+            keys, values = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
         G = c.num_heads // c.num_kv_heads
         q = q.reshape(B, S, c.num_kv_heads, G, c.head_dim)
-        scores = jnp.einsum("BSKGH,BTKH->BKGST", q, keys, preferred_element_type=jnp.float32)
+        if S == 1:
+            # Decode: one query per row, a matrix-vector product per head; as a fused multiply-reduce it
+            # streams the cache once, where a batched dot with M = G is slow on CPU backends.
+            q1 = q[:, 0, :, :, None, :].astype(jnp.float32)  # [B, K, G, 1, H]
+            scores = jnp.sum(q1 * keys[:, :, None].astype(jnp.float32), axis=-1)[:, :, :, None, :]
+        else:
+            scores = jnp.einsum("BSKGH,BKTH->BKGST", q, keys, preferred_element_type=jnp.float32)
         scores = scores * (c.head_dim ** -0.5)
         scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
-        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-        out = jnp.einsum("BKGST,BTKH->BSKGH", probs, values).reshape(B, S, c.num_heads * c.head_dim)
+        probs = jax.nn.softmax(scores, axis=-1)
+        if S == 1:
+            out = jnp.sum(probs[:, :, :, 0, :, None] * values[:, :, None].astype(jnp.float32), axis=-2)
+            out = out.astype(values.dtype)[:, None]  # [B, 1, K, G, H]
+        else:
+            out = jnp.einsum("BKGST,BKTH->BSKGH", probs.astype(values.dtype), values)
+        out = out.reshape(B, S, c.num_heads * c.head_dim)
         return self.o_proj(out), kv
 
 
@@ -158,12 +169,16 @@ class Transformer(nnx.Module):
             write_slots = cache.lengths[:, None] + jnp.arange(S)[None, :]  # [B, S]
             mask = _cached_mask(cache.lengths, valid, cache.max_len)
 
-            def body(h, xs):
-                state, k, v = xs
-                h, (k, v) = nnx.merge(layer_def, state)(h, sin, cos, mask, (k, v), write_slots)
-                return h, (k, v)
-
-            x, (k, v) = jax.lax.scan(body, x, (layer_state, cache.k, cache.v))
+            # A Python loop over layers: each layer's cache buffer is updated in place and read
+            # directly (slicing a stacked cache inside a scan costs a copy per layer per step on
+            # the decode hot path). The cache-free (training) path keeps the compact scan.
+            ks, vs = [], []
+            for i in range(c.num_layers):
+                layer = nnx.merge(layer_def, jax.tree.map(lambda p: p[i], layer_state))
+                x, (k, v) = layer(x, sin, cos, mask, (cache.k[i], cache.v[i]), write_slots)
+                ks.append(k)
+                vs.append(v)
+            k, v = tuple(ks), tuple(vs)
             new_cache = KVCache(k=k, v=v, lengths=cache.lengths + valid.sum(axis=1, dtype=jnp.int32))
 
         hidden = self.norm(x)
