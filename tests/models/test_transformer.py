@@ -78,7 +78,8 @@ def test_cache_gather_forks_rows():
     cache = cache.replace(lengths=cache.lengths.at[:].set(np.array([1, 2, 3])))
     forked = cache.gather(np.array([2, 2, 0, 1]))
     assert len(forked.k) == config.num_layers
-    assert forked.k[0].shape == (4, config.num_kv_heads, 4, config.head_dim)
+    assert forked.k[0].shape == (4, config.num_kv_heads, config.head_dim, 4)
+    assert forked.v[0].shape == (4, config.num_kv_heads, 4, config.head_dim)
     np.testing.assert_array_equal(np.asarray(forked.lengths), [3, 3, 1, 2])
 
 

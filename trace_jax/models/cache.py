@@ -16,7 +16,7 @@ from trace_jax.models.config import ModelConfig
 
 @struct.dataclass
 class KVCache:
-    k: tuple[jax.Array, ...]  # L x [B, K, T, H]: heads before slots, so attention needs no transpose
+    k: tuple[jax.Array, ...]  # L x [B, K, H, T]: laid out for attention without transposes
     v: tuple[jax.Array, ...]  # L x [B, K, T, H]
     lengths: jax.Array  # [B] int32: valid slots per row
 
@@ -26,7 +26,7 @@ class KVCache:
 
     @property
     def max_len(self) -> int:
-        return self.k[0].shape[2]
+        return self.v[0].shape[2]
 
     def gather(self, rows: jax.Array) -> KVCache:
         """A cache whose row i is a copy of row rows[i] (tree forking: one gather, no re-prefill)."""
@@ -36,7 +36,8 @@ class KVCache:
 def init_cache(config: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
     """An empty cache for `batch` rows of up to `max_len` tokens (size it to need: decode reads all of it)."""
     dtype = jnp.dtype(dtype) if dtype is not None else config.jnp_dtype
-    shape = (batch, config.num_kv_heads, max_len, config.head_dim)
+    k_shape = (batch, config.num_kv_heads, config.head_dim, max_len)
+    v_shape = (batch, config.num_kv_heads, max_len, config.head_dim)
     layers = range(config.num_layers)
-    return KVCache(k=tuple(jnp.zeros(shape, dtype) for _ in layers), v=tuple(jnp.zeros(shape, dtype) for _ in layers),
-                   lengths=jnp.zeros((batch,), jnp.int32))
+    return KVCache(k=tuple(jnp.zeros(k_shape, dtype) for _ in layers),
+                   v=tuple(jnp.zeros(v_shape, dtype) for _ in layers), lengths=jnp.zeros((batch,), jnp.int32))

@@ -60,7 +60,11 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.jnp_param_dtype)
 
     def __call__(self, x, sin, cos, mask, kv=None, write_slots=None):
-        """x [B,S,D]; mask [B,S,T] bool; kv = (k_cache, v_cache) [B,K,T,H] or None; write_slots [B,S]."""
+        """x [B,S,D]; mask [B,S,T] bool; write_slots [B,S]; kv None or (k_cache [B,K,H,T], v_cache [B,K,T,H]).
+
+        Keys are cached slot-minor, values head-minor: both attention products then reduce over an
+        outer axis and vectorize over the contiguous one, with no transpose of the cache.
+        """
         c = self.config
         B, S, _ = x.shape
         q = self.q_proj(x).reshape(B, S, c.num_heads, c.head_dim)
@@ -71,20 +75,20 @@ class Attention(nnx.Module):
         q, k = apply_rope(q, sin, cos), apply_rope(k, sin, cos)
         if kv is not None:
             rows = jnp.arange(B)[:, None]
-            k_cache = kv[0].at[rows, :, write_slots].set(k.astype(kv[0].dtype), mode="drop")
+            k_cache = kv[0].at[rows, :, :, write_slots].set(k.astype(kv[0].dtype), mode="drop")
             v_cache = kv[1].at[rows, :, write_slots].set(v.astype(kv[1].dtype), mode="drop")
             keys, values, kv = k_cache.astype(q.dtype), v_cache.astype(q.dtype), (k_cache, v_cache)
         else:
-            keys, values = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+            keys, values = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
         G = c.num_heads // c.num_kv_heads
         q = q.reshape(B, S, c.num_kv_heads, G, c.head_dim)
         if S == 1:
             # Decode: one query per row, a matrix-vector product per head; as a fused multiply-reduce it
             # streams the cache once, where a batched dot with M = G is slow on CPU backends.
-            q1 = q[:, 0, :, :, None, :].astype(jnp.float32)  # [B, K, G, 1, H]
-            scores = jnp.sum(q1 * keys[:, :, None].astype(jnp.float32), axis=-1)[:, :, :, None, :]
+            q1 = q[:, 0, :, :, :, None].astype(jnp.float32)  # [B, K, G, H, 1]
+            scores = jnp.sum(q1 * keys[:, :, None].astype(jnp.float32), axis=-2)[:, :, :, None, :]
         else:
-            scores = jnp.einsum("BSKGH,BKTH->BKGST", q, keys, preferred_element_type=jnp.float32)
+            scores = jnp.einsum("BSKGH,BKHT->BKGST", q, keys, preferred_element_type=jnp.float32)
         scores = scores * (c.head_dim ** -0.5)
         scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
         probs = jax.nn.softmax(scores, axis=-1)

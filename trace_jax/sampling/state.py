@@ -77,5 +77,5 @@ def grow(state: SamplerState, capacity: int) -> SamplerState:
     def pad(x, axis):
         return jnp.pad(x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
 
-    cache = state.cache.replace(k=tuple(pad(k, 2) for k in state.cache.k), v=tuple(pad(v, 2) for v in state.cache.v))
+    cache = state.cache.replace(k=tuple(pad(k, 3) for k in state.cache.k), v=tuple(pad(v, 2) for v in state.cache.v))
     return state.replace(cache=cache, tokens=pad(state.tokens, 1))
