@@ -21,6 +21,8 @@ setup(
         "tokenizers>=0.22,<0.24",
         "safetensors>=0.6",
         "ml_collections>=1.0",
+        "bm25s>=0.2,<0.4",
+        "pyarrow>=14",
     ],
     extras_require={
         # torch is pinned: 2.13.0 is the CPU build this project's machines carry; an unpinned

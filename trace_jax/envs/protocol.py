@@ -1,0 +1,166 @@
+"""The agent-environment contract: tasks, episodes, step results, limits.
+
+An environment is text-in/text-out per turn: it renders a task's first messages, takes the
+generated text of a turn, parses an action from it (a malformed action becomes an error
+observation, never an exception), runs the tool and returns the observation; the episode
+ends with a final answer, or at the turn/token limit with reward 0. Renderers turn this into
+token ids (`trace_jax.envs.render`).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+from trace_jax.envs.react import Action, ParseError, parse_action
+from trace_jax.envs.splits import check_split
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One problem with a verifiable answer.
+
+    Attributes:
+      id: unique within its source ("multihop/train/123").
+      question: the user-facing question text.
+      answers: gold answers (any one counts; aliases allowed).
+      difficulty: integer level (hops, steps, calls) for analysis and allocation studies.
+      split: "train", "validation" or "test".
+      data: source-specific payload (gold calls, solution path, function docs).
+    """
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    difficulty: int = 1
+    split: str = "train"
+    data: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """What the environment returns for one turn.
+
+    Attributes:
+      observation: tool output (or error message) to show the model; None when the episode ended.
+      done: the episode is over.
+      reward: terminal reward in [0, 1] (0 until done).
+      success: reward >= the env's success threshold (only meaningful when done).
+      info: diagnostics (parsed action, error kind, F1, call matches...).
+    """
+
+    observation: str | None
+    done: bool
+    reward: float = 0.0
+    success: bool = False
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Episode limits; exceeding either ends the episode with reward 0.
+
+    Attributes:
+      max_turns: assistant turns per episode.
+      max_tokens: generated tokens per episode (counted by the caller, passed to `step`).
+      max_observation_chars: observations are cut to this many characters.
+    """
+
+    max_turns: int = 6
+    max_tokens: int = 1024
+    max_observation_chars: int = 1200
+
+
+class Env(abc.ABC):
+    """A tool-using environment over a source of tasks. Subclasses implement `system_prompt`,
+    `run_tool` and `score`; everything else (parsing, limits, bookkeeping) is shared."""
+
+    name: str = "env"
+    tools: tuple[str, ...] = ()
+    success_threshold: float = 1.0
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+
+    @abc.abstractmethod
+    def system_prompt(self, task: Task) -> str:
+        """Instructions and tool documentation shown before the question."""
+
+    @abc.abstractmethod
+    def run_tool(self, task: Task, action: Action, episode: Episode) -> str:
+        """Executes a non-final action and returns its observation (errors as text, never raised)."""
+
+    @abc.abstractmethod
+    def score(self, task: Task, answer: str, episode: Episode) -> tuple[float, dict[str, Any]]:
+        """Reward in [0, 1] for a final answer, with diagnostics."""
+
+    def messages(self, task: Task) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system_prompt(task)},
+                {"role": "user", "content": f"Question: {task.question}"}]
+
+    def start(self, task: Task) -> Episode:
+        return Episode(env=self, task=task)
+
+
+@dataclasses.dataclass
+class Episode:
+    """One task's interaction; `step` takes a turn's generated text and returns the StepResult."""
+
+    env: Env
+    task: Task
+    turns: int = 0
+    tokens: int = 0
+    tool_calls: int = 0
+    done: bool = False
+    history: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
+    memory: dict[str, Any] = dataclasses.field(default_factory=dict)  # env-specific (e.g. calls made)
+
+    def step(self, text: str, num_tokens: int = 0) -> StepResult:
+        if self.done:
+            raise RuntimeError(f"episode of task {self.task.id} is already done")
+        self.turns += 1
+        self.tokens += int(num_tokens)
+        limits = self.env.limits
+        parsed = parse_action(text, self.env.tools)
+        if isinstance(parsed, Action) and parsed.tool == "finish":
+            reward, info = self.env.score(self.task, parsed.argument, self)
+            return self._end(text, reward, {**info, "action": parsed, "answer": parsed.argument})
+        if self.turns >= limits.max_turns or self.tokens >= limits.max_tokens:
+            which = "turn" if self.turns >= limits.max_turns else "token"
+            return self._end(text, 0.0, {"limit": which})
+        if isinstance(parsed, ParseError):
+            observation, info = f"Error: {parsed.message}", {"error": parsed.kind}
+        else:
+            self.tool_calls += 1
+            observation, info = self.env.run_tool(self.task, parsed, self), {"action": parsed}
+        if len(observation) > limits.max_observation_chars:
+            observation = observation[: limits.max_observation_chars] + " ...(truncated)"
+        self.history.append((text, observation))
+        return StepResult(observation=observation, done=False, info=info)
+
+    def _end(self, text: str, reward: float, info: dict[str, Any]) -> StepResult:
+        self.done = True
+        self.history.append((text, None))
+        reward = float(min(1.0, max(0.0, reward)))
+        return StepResult(observation=None, done=True, reward=reward,
+                          success=reward >= self.env.success_threshold, info=info)
+
+
+class TaskSource(abc.ABC):
+    """A seeded collection of tasks in three disjoint splits, with its environment and oracle."""
+
+    name: str = "source"
+    _tasks: list[Task]
+
+    def tasks(self, split: str) -> list[Task]:
+        check_split(split)
+        return [t for t in self._tasks if t.split == split]
+
+    @abc.abstractmethod
+    def make_env(self, limits: Limits | None = None) -> Env:
+        """The environment these tasks run in."""
+
+    @abc.abstractmethod
+    def oracle(self, mistake_rate: float = 0.0):
+        """A scripted policy for demonstrations (see `envs.oracle.run_episode`)."""

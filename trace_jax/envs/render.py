@@ -1,0 +1,88 @@
+"""Renderers: an episode's messages and turns as token ids, appending only new tokens each turn.
+
+`ReactRenderer` writes plain ReAct text (for the bundled tokenizer); `ChatRenderer` uses an HF
+tokenizer's chat template. Both end an assistant turn with a stop token and give the tokens of
+an observation as a delta after it, so the ids a policy saw are exactly the ids trained on.
+"""
+
+from __future__ import annotations
+
+from trace_jax.envs.oracle import Trajectory
+from trace_jax.models.tokenizer import TURN_END
+
+
+def _end_of_turn_id(tokenizer) -> int:
+    token_id = tokenizer.convert_tokens_to_ids(TURN_END)
+    if isinstance(token_id, int) and token_id != tokenizer.unk_token_id and token_id is not None:
+        return token_id
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has neither <|im_end|> nor an eos token to end a turn")
+    return tokenizer.eos_token_id
+
+
+class ReactRenderer:
+    """Plain text: 'system\\n\\nQuestion: q\\n' + 'Thought: ... Action: t[a]<|im_end|>' + '\\nObservation: o\\n'."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.end_of_turn = _end_of_turn_id(tokenizer)
+        self.stop_ids = (self.end_of_turn,)
+
+    def prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        text = "\n\n".join(m["content"] for m in messages) + "\n"
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def observation(self, text: str) -> list[int]:
+        return self.tokenizer.encode(f"\nObservation: {text}\n", add_special_tokens=False)
+
+    def assistant(self, text: str) -> list[int]:
+        """A turn's ids as the policy would generate them (demonstrations), stop token included."""
+        return self.tokenizer.encode(text, add_special_tokens=False) + [self.end_of_turn]
+
+    def decode_turn(self, ids) -> str:
+        return self.tokenizer.decode([int(i) for i in ids if int(i) not in self.stop_ids])
+
+
+class ChatRenderer(ReactRenderer):
+    """The tokenizer's chat template; observations go in as `observation_role` messages."""
+
+    _PROBE = "\u2063probe\u2063"
+
+    def __init__(self, tokenizer, observation_role: str = "user"):
+        super().__init__(tokenizer)
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("ChatRenderer needs a tokenizer with a chat template; use ReactRenderer")
+        self.observation_role = observation_role
+        self._end_text = tokenizer.decode([self.end_of_turn])
+
+    def prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def observation(self, text: str) -> list[int]:
+        """The template's text between an assistant turn's end token and the next assistant turn."""
+        base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": self._PROBE}]
+        before = self.tokenizer.apply_chat_template(base, tokenize=False)
+        after = self.tokenizer.apply_chat_template(
+            base + [{"role": self.observation_role, "content": f"Observation: {text}"}], tokenize=False,
+            add_generation_prompt=True)
+        cut = before.find(self._PROBE) + len(self._PROBE)
+        cut = before.find(self._end_text, cut) + len(self._end_text)
+        if not after.startswith(before[:cut]):
+            raise ValueError("the chat template re-renders earlier turns; cannot append observations as a delta")
+        return self.tokenizer.encode(after[cut:], add_special_tokens=False)
+
+
+def render_trajectory(renderer: ReactRenderer, trajectory: Trajectory) -> tuple[list[int], list[bool]]:
+    """(ids, trained mask) of a demonstration: assistant tokens trained, prompt and observations masked."""
+    ids = renderer.prompt(trajectory.messages)
+    mask = [False] * len(ids)
+    for text, observation in trajectory.turns:
+        turn = renderer.assistant(text)
+        ids += turn
+        mask += [True] * len(turn)
+        if observation is not None:
+            obs = renderer.observation(observation)
+            ids += obs
+            mask += [False] * len(obs)
+    return ids, mask

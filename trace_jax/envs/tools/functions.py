@@ -1,0 +1,123 @@
+"""Function calls: parsing (JSON or Python-call syntax), checking against JSON-schema-like docs, matching.
+
+Docs follow the OpenAI/BFCL shape: `{"name", "description", "parameters": {"type": "object",
+"properties": {arg: {"type", "enum"?, "description"}}, "required": [...]}}`. Python-call text is
+parsed with `ast` and only literal argument values are accepted (`ast.literal_eval` per value);
+nothing is executed. Every failure is a `CallError` with a message for the model.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MAX_CALL_CHARS = 2000
+_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict}
+
+
+class CallError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    name: str
+    arguments: dict[str, Any]
+
+    def __hash__(self):
+        return hash((self.name, json.dumps(self.arguments, sort_keys=True, default=str)))
+
+
+def parse_call(text: str) -> Call:
+    """`{"name": ..., "arguments": {...}}` or `name(arg=value, ...)` -> Call, else CallError."""
+    if not isinstance(text, str):
+        raise CallError("a call must be text")
+    text = text.strip()
+    if not text:
+        raise CallError("empty call")
+    if len(text) > MAX_CALL_CHARS:
+        raise CallError(f"call longer than {MAX_CALL_CHARS} characters")
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise CallError(f"bad JSON: {getattr(e, 'msg', e)}") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            raise CallError('JSON call needs {"name": "...", "arguments": {...}}')
+        args = obj.get("arguments", obj.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                raise CallError("arguments must be a JSON object") from None
+        if not isinstance(args, dict):
+            raise CallError("arguments must be a JSON object")
+        return Call(obj["name"], dict(args))
+    try:
+        node = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
+        raise CallError(f"cannot parse call {text[:60]!r}: {getattr(e, 'msg', e)}") from None
+    if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Name, ast.Attribute)):
+        raise CallError("expected name(arg=value, ...) or a JSON call")
+    if node.args:
+        raise CallError("pass arguments by keyword: name(arg=value)")
+    name = ast.unparse(node.func)
+    args = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            raise CallError("**kwargs are not allowed")
+        try:
+            args[kw.arg] = ast.literal_eval(kw.value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise CallError(f"argument {kw.arg!r} must be a literal value") from None
+    return Call(name, args)
+
+
+def check_call(call: Call, docs: Sequence[Mapping[str, Any]]) -> None:
+    """Raises CallError unless the call names a documented function with valid arguments."""
+    by_name = {d["name"]: d for d in docs}
+    if call.name not in by_name:
+        raise CallError(f"unknown function {call.name!r}; available: {', '.join(sorted(by_name))}")
+    params = by_name[call.name].get("parameters", {})
+    props = params.get("properties", {})
+    missing = [p for p in params.get("required", []) if p not in call.arguments]
+    if missing:
+        raise CallError(f"{call.name}: missing required argument(s) {missing}")
+    for key, value in call.arguments.items():
+        if key not in props:
+            raise CallError(f"{call.name}: unexpected argument {key!r}; expected {sorted(props)}")
+        spec = props[key]
+        want = _TYPES.get(spec.get("type", ""), object)
+        if not isinstance(value, want) or (spec.get("type") in ("integer", "number") and isinstance(value, bool)):
+            raise CallError(f"{call.name}: argument {key!r} must be of type {spec.get('type')}")
+        if "enum" in spec and value not in spec["enum"]:
+            raise CallError(f"{call.name}: argument {key!r} must be one of {spec['enum']}")
+
+
+def _normalize(value):
+    if isinstance(value, str):
+        return value.strip().lower()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_normalize(v) for v in value]
+    return value
+
+
+def matches(call: Call, gold: Mapping[str, Sequence[Any]], name: str) -> bool:
+    """BFCL-style AST match: same function; each gold argument's value is among its allowed values
+    ("" allowed means the argument may be omitted); no argument outside the gold set."""
+    if call.name != name:
+        return False
+    for key, allowed in gold.items():
+        allowed = list(allowed)
+        if key not in call.arguments:
+            if "" not in allowed:
+                return False
+            continue
+        if _normalize(call.arguments[key]) not in [_normalize(a) for a in allowed]:
+            return False
+    return set(call.arguments) <= set(gold)

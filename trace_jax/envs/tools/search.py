@@ -1,0 +1,58 @@
+"""BM25 search over a local corpus with the `bm25s` library: top-k passages within a length budget."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import bm25s
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    id: str
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+class SearchIndex:
+    """A BM25 index; `search(query)` returns formatted passages, `retrieve` their ids and scores."""
+
+    def __init__(self, documents: Sequence[Document], *, top_k: int = 3, max_words_per_passage: int = 60):
+        if not documents:
+            raise ValueError("cannot index an empty corpus")
+        self.documents = list(documents)
+        self.top_k = top_k
+        self.max_words = max_words_per_passage
+        tokens = bm25s.tokenize([d.contents for d in self.documents], stopwords="en", show_progress=False)
+        self._bm25 = bm25s.BM25()
+        self._bm25.index(tokens, show_progress=False)
+
+    def retrieve(self, query: str, k: int | None = None) -> list[tuple[int, float]]:
+        k = min(k or self.top_k, len(self.documents))
+        words = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)
+        if not words or not words[0]:
+            return []
+        docs, scores = self._bm25.retrieve(words, k=k, show_progress=False)
+        return [(int(d), float(s)) for d, s in zip(np.asarray(docs)[0], np.asarray(scores)[0]) if s > 0]
+
+    def search(self, query: str) -> str:
+        """The search tool's observation: numbered passages, each cut to the word budget."""
+        query = (query or "").strip()
+        if not query:
+            return "Error: empty search query"
+        hits = self.retrieve(query[:500])
+        if not hits:
+            return f"No results for {query[:80]!r}."
+        lines = []
+        for rank, (doc, _) in enumerate(hits, 1):
+            d = self.documents[doc]
+            words = d.text.split()
+            text = " ".join(words[: self.max_words]) + (" ..." if len(words) > self.max_words else "")
+            lines.append(f"[{rank}] {d.title}: {text}")
+        return "\n".join(lines)
