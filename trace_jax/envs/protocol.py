@@ -10,6 +10,7 @@ token ids (`trace_jax.envs.render`).
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 from typing import Any
 
@@ -115,6 +116,10 @@ class Episode:
     done: bool = False
     history: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
     memory: dict[str, Any] = dataclasses.field(default_factory=dict)  # env-specific (e.g. calls made)
+
+    def fork(self) -> Episode:
+        """An independent copy at this point (branching a rollout); the env and task are shared."""
+        return dataclasses.replace(self, history=list(self.history), memory=copy.deepcopy(self.memory))
 
     def step(self, text: str, num_tokens: int = 0) -> StepResult:
         if self.done:

@@ -79,3 +79,17 @@ def grow(state: SamplerState, capacity: int) -> SamplerState:
 
     cache = state.cache.replace(k=tuple(pad(k, 3) for k in state.cache.k), v=tuple(pad(v, 2) for v in state.cache.v))
     return state.replace(cache=cache, tokens=pad(state.tokens, 1))
+
+
+def concat_states(states: list[SamplerState]) -> SamplerState:
+    """Rows of several states in one (capacities grown to the largest), for one batched fork."""
+    if len(states) == 1:
+        return states[0]
+    capacity = max(s.capacity for s in states)
+    grown = [s if s.capacity == capacity else grow(s, capacity) for s in states]
+    merged = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *grown)
+    rows = merged.batch_size
+    if rows == batch_bucket(rows):
+        return merged
+    index = jnp.zeros((batch_bucket(rows),), jnp.int32).at[:rows].set(jnp.arange(rows))  # pad rows copy row 0
+    return gather_rows(merged, index)

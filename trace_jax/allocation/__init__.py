@@ -1,0 +1,1 @@
+"""Where the rollout budget goes: the shared success predictor, the solvers, the allocators."""

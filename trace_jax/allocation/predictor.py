@@ -1,0 +1,183 @@
+"""The shared success predictor V_psi(H) ~ P(success | H, current policy) (METHOD.md section 3).
+
+Features: the policy's final-layer hidden state at the prefix end (a free by-product of
+sampling, never differentiated) plus scalars (turn index, tool calls so far, prefix length),
+through a small NNX MLP with a LayerNorm'd input and a zero-initialised output layer, so an
+untrained predictor says 0.5 everywhere. Trained by weighted BCE toward tree back-up values
+V(y) with weights n_y (capped), over a replay buffer of recent steps. Calibration (Brier, ECE,
+AUC) is measured on outcomes predicted before they were seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from trace_jax.rollout.tree import Node, RolloutTree
+
+NUM_SCALARS = 3
+_BATCH = 256  # training/prediction rows are padded to multiples of this (one compiled shape)
+
+
+def scalar_features(node: Node) -> np.ndarray:
+    length = node.boundary[2] if node.boundary else 0
+    return np.array([node.depth / 8.0, node.tool_calls / 8.0, np.log1p(length) / 8.0], np.float32)
+
+
+def featurize(tree: RolloutTree, node: Node) -> np.ndarray:
+    """[D + 3] features of the prefix ending at this node's boundary."""
+    if node.hidden is None:
+        raise ValueError(f"node {node.id} of task {tree.task.id} has no hidden state (not an anchor)")
+    return np.concatenate([np.asarray(node.hidden, np.float32), scalar_features(node)])
+
+
+class MLP(nnx.Module):
+    def __init__(self, features: int, width: int, *, rngs: nnx.Rngs):
+        self.norm = nnx.LayerNorm(features, rngs=rngs)
+        self.hidden = nnx.Linear(features, width, rngs=rngs)
+        self.out = nnx.Linear(width, 1, kernel_init=nnx.initializers.zeros, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(jax.nn.gelu(self.hidden(self.norm(x))))[..., 0]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PredictorConfig:
+    """Attributes:
+      width: MLP hidden width.
+      learning_rate: Adam step size.
+      epochs: passes over the replay buffer per update.
+      replay_steps: how many recent steps' targets to keep.
+      weight_cap: cap on the leaf-count weight n_y of a target.
+    """
+
+    width: int = 128
+    learning_rate: float = 3e-3
+    epochs: int = 4
+    replay_steps: int = 4
+    weight_cap: float = 8.0
+
+
+def _pad(x: np.ndarray, rows: int) -> np.ndarray:
+    out = np.zeros((rows,) + x.shape[1:], x.dtype)
+    out[: len(x)] = x
+    return out
+
+
+class SuccessPredictor:
+    """Host wrapper: `predict(features)`, `update(trees)`, checkpointable `state()`."""
+
+    def __init__(self, num_features: int, config: PredictorConfig = PredictorConfig(), seed: int = 0):
+        self.config = config
+        model = MLP(num_features, config.width, rngs=nnx.Rngs(seed))
+        self.graphdef, self.params = nnx.split(model, nnx.Param)
+        self.params = nnx.to_pure_dict(self.params)
+        self.optimizer = optax.adam(config.learning_rate)
+        self.opt_state = self.optimizer.init(self.params)
+        self.buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.rng = np.random.default_rng(seed)
+
+    # pure pieces, jitted
+    @functools.partial(jax.jit, static_argnums=0)
+    def _logits(self, params, x):
+        return nnx.merge(self.graphdef, params)(x)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def _train_step(self, params, opt_state, x, y, w):
+        def loss_fn(p):
+            logits = nnx.merge(self.graphdef, p)(x)
+            bce = optax.sigmoid_binary_cross_entropy(logits, y)
+            return jnp.sum(w * bce) / jnp.maximum(jnp.sum(w), 1e-6)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        """[N, F] -> [N] success probabilities."""
+        features = np.asarray(features, np.float32)
+        if len(features) == 0:
+            return np.zeros((0,), np.float32)
+        rows = -(-len(features) // _BATCH) * _BATCH
+        logits = self._logits(self.params, jnp.asarray(_pad(features, rows)))
+        return np.asarray(jax.nn.sigmoid(logits))[: len(features)]
+
+    def targets(self, trees: list[RolloutTree]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(features, V(y), capped n_y) for every node of every tree that is an anchor with leaves."""
+        xs, ys, ws = [], [], []
+        for tree in trees:
+            values, counts = tree.values()
+            for node in tree.nodes:
+                if node.hidden is not None and counts[node.id] > 0:
+                    xs.append(featurize(tree, node))
+                    ys.append(values[node.id])
+                    ws.append(min(counts[node.id], self.config.weight_cap))
+        if not xs:
+            return np.zeros((0, 0), np.float32), np.zeros(0, np.float32), np.zeros(0, np.float32)
+        return np.stack(xs), np.asarray(ys, np.float32), np.asarray(ws, np.float32)
+
+    def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+        """Adds one step's targets to the replay buffer and trains `epochs` passes over it."""
+        if len(x):
+            self.buffer.append((x, y, w))
+            self.buffer = self.buffer[-self.config.replay_steps:]
+        if not self.buffer:
+            return float("nan")
+        X = np.concatenate([b[0] for b in self.buffer])
+        Y = np.concatenate([b[1] for b in self.buffer])
+        W = np.concatenate([b[2] for b in self.buffer])
+        losses = []
+        for _ in range(self.config.epochs):
+            order = self.rng.permutation(len(X))
+            for begin in range(0, len(X), _BATCH):
+                idx = order[begin:begin + _BATCH]
+                self.params, self.opt_state, loss = self._train_step(
+                    self.params, self.opt_state, jnp.asarray(_pad(X[idx], _BATCH)),
+                    jnp.asarray(_pad(Y[idx], _BATCH)), jnp.asarray(_pad(W[idx], _BATCH)))
+                losses.append(float(loss))
+        return float(np.mean(losses))
+
+    def update(self, trees: list[RolloutTree]) -> float:
+        return self.fit(*self.targets(trees))
+
+    def state(self) -> dict:
+        """A checkpointable pytree (params and optimizer state; the replay buffer is rebuilt)."""
+        return {"params": self.params, "opt_state": self.opt_state}
+
+    def load_state(self, state: dict) -> None:
+        self.params, self.opt_state = state["params"], state["opt_state"]
+
+
+def calibration(predicted: np.ndarray, outcomes: np.ndarray, bins: int = 10) -> dict[str, float]:
+    """Brier score, expected calibration error and ROC AUC (NaN when one class is absent)."""
+    p = np.asarray(predicted, np.float64)
+    y = np.asarray(outcomes, np.float64)
+    if len(p) == 0:
+        return {"brier": float("nan"), "ece": float("nan"), "auc": float("nan"), "n": 0}
+    brier = float(np.mean((p - y) ** 2))
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    ece = sum(abs(p[which == b].mean() - y[which == b].mean()) * np.mean(which == b)
+              for b in range(bins) if np.any(which == b))
+    return {"brier": brier, "ece": float(ece), "auc": auc(p, y), "n": int(len(p))}
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """ROC AUC by the rank-sum (Mann-Whitney) formula, ties averaged; labels may be fractional
+    (back-up values): each example counts as `label` positive and `1 - label` negative."""
+    scores, labels = np.asarray(scores, np.float64), np.asarray(labels, np.float64)
+    pos, neg = labels.sum(), (1 - labels).sum()
+    if pos <= 0 or neg <= 0:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores, sorted_labels = scores[order], labels[order]
+    _, starts = np.unique(sorted_scores, return_index=True)
+    pos_group = np.add.reduceat(sorted_labels, starts)
+    neg_group = np.add.reduceat(1 - sorted_labels, starts)
+    neg_below = np.cumsum(neg_group) - neg_group
+    return float(np.sum(pos_group * (neg_below + 0.5 * neg_group)) / (pos * neg))

@@ -1,0 +1,141 @@
+"""Allocation solvers (METHOD.md sections 4-5).
+
+Stage 1 chooses rollouts per prompt m_i in {0} U [m_min, m_max] under a total budget and a cap
+on the number of prompts, maximizing a per-prompt value table (for TRACE the probability that
+m samples are mixed, 1 - v^m - (1-v)^m). It is a multiple-choice knapsack: `solve_dp` is exact,
+`root_greedy` is the fast version (a first unit of m_min rollouts, then marginal gains).
+Stage 2 gives k continuations to prefix anchors, value 1 - q^k, concave, so greedy on marginal
+gain per unit cost (`prefix_greedy`) is optimal for uniform costs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+import numpy as np
+
+
+def root_values(v: np.ndarray, m_max: int) -> np.ndarray:
+    """[C, m_max + 1] table of 1 - v^m - (1 - v)^m: the chance m samples have mixed outcomes."""
+    m = np.arange(m_max + 1)[None, :]
+    v = np.clip(np.asarray(v, np.float64), 0.0, 1.0)[:, None]
+    return 1.0 - v ** m - (1.0 - v) ** m
+
+
+def solve_dp(values: np.ndarray, budget: int, *, m_min: int, m_max: int, max_items: int) -> np.ndarray:
+    """Exact multiple-choice knapsack: m_i in {0} U [m_min, m_max], sum m_i <= budget, at most
+    max_items non-zero; maximizes sum values[i, m_i]. values: [C, >= m_max + 1]. Returns m [C]."""
+    C = values.shape[0]
+    max_items = min(max_items, C)
+    choices = np.arange(m_min, m_max + 1)
+    neg = -np.inf
+    best = np.full((max_items + 1, budget + 1), neg)
+    best[0, :] = 0.0  # best[c, b]: best value with c items opened and at most b spent
+    pick = np.zeros((C, max_items + 1, budget + 1), np.int16)
+    for i in range(C):
+        new = best.copy()
+        for m in choices:
+            if m > budget:
+                break
+            cand = np.full_like(best, neg)
+            cand[1:, m:] = best[:-1, : budget + 1 - m] + values[i, m]
+            better = cand > new
+            new = np.where(better, cand, new)
+            pick[i][better] = m
+        best = new
+    c, b = np.unravel_index(np.argmax(best), best.shape)
+    out = np.zeros(C, int)
+    for i in reversed(range(C)):
+        m = int(pick[i, c, b])
+        if m:
+            out[i] = m
+            c, b = c - 1, b - m
+    return out
+
+
+def brute_force(values: np.ndarray, budget: int, *, m_min: int, m_max: int, max_items: int) -> np.ndarray:
+    """Exhaustive search (tests only: tiny instances)."""
+    options = [0] + list(range(m_min, m_max + 1))
+    best, arg = -np.inf, None
+    for combo in itertools.product(options, repeat=values.shape[0]):
+        if sum(combo) <= budget and sum(1 for m in combo if m) <= max_items:
+            total = sum(values[i, m] for i, m in enumerate(combo))
+            if total > best:
+                best, arg = total, combo
+    return np.asarray(arg)
+
+
+def objective(values: np.ndarray, m: np.ndarray) -> float:
+    return float(sum(values[i, int(k)] for i, k in enumerate(m)))
+
+
+def root_greedy(v: np.ndarray, budget: int, *, m_min: int, m_max: int, max_items: int,
+                spend_all: bool = True) -> np.ndarray:
+    """Greedy stage-1 allocation on gain per rollout: opening a prompt costs m_min rollouts and
+    gains 1 - v^m_min - (1-v)^m_min; each further rollout gains v^m (1-v) + (1-v)^m v.
+    With `spend_all`, budget left when every candidate is saturated goes to the prompts with the
+    highest next marginal gain (beyond m_max)."""
+    v = np.clip(np.asarray(v, np.float64), 0.0, 1.0)
+    C = len(v)
+    m = np.zeros(C, int)
+    opened, spent = 0, 0
+
+    def gain(i, k):  # value of going from k to k + 1 rollouts (k >= 1)
+        return v[i] ** k * (1 - v[i]) + (1 - v[i]) ** k * v[i]
+
+    first = 1.0 - v ** m_min - (1.0 - v) ** m_min
+    heap = [(-first[i] / m_min, 0, i) for i in range(C)]  # (-gain per rollout, kind 0=open 1=add, prompt)
+    heapq.heapify(heap)
+    while heap:
+        neg_ratio, kind, i = heapq.heappop(heap)
+        if kind == 0:
+            if opened >= max_items or spent + m_min > budget:
+                continue
+            m[i], opened, spent = m_min, opened + 1, spent + m_min
+        else:
+            if spent + 1 > budget:
+                break
+            m[i] += 1
+            spent += 1
+        if m[i] < m_max:
+            heapq.heappush(heap, (-gain(i, m[i]), 1, i))
+    if spend_all and spent < budget and opened:
+        chosen = np.flatnonzero(m)
+        extra = [(-gain(i, m[i]), i) for i in chosen]
+        heapq.heapify(extra)
+        while spent < budget:
+            _, i = heapq.heappop(extra)
+            m[i] += 1
+            spent += 1
+            heapq.heappush(extra, (-gain(i, m[i]), i))
+    return m
+
+
+def prefix_greedy(q: np.ndarray, cost: np.ndarray, budget: float, *, k_max: int = 16) -> np.ndarray:
+    """Stage 2: k_j continuations per anchor, maximizing sum 1 - q_j^k_j with sum k_j cost_j <= budget.
+    q_j is the chance a new continuation agrees with the outcome already seen through anchor j."""
+    q = np.clip(np.asarray(q, np.float64), 0.0, 1.0)
+    cost = np.asarray(cost, np.float64)
+    if np.any(cost <= 0):
+        raise ValueError("prefix costs must be positive")
+    k = np.zeros(len(q), int)
+    heap = [(-(1 - q[j]) / cost[j], j) for j in range(len(q))]
+    heapq.heapify(heap)
+    spent = 0.0
+    while heap:
+        _, j = heapq.heappop(heap)
+        if spent + cost[j] > budget + 1e-9:
+            continue  # a cheaper anchor may still fit
+        k[j] += 1
+        spent += cost[j]
+        if k[j] < k_max:
+            heapq.heappush(heap, (-(q[j] ** k[j]) * (1 - q[j]) / cost[j], j))
+    return k
+
+
+def agreement(success: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """q = r u + (1 - r)(1 - u): chance a continuation from the anchor repeats the observed outcome r."""
+    r = np.asarray(success, np.float64)
+    u = np.asarray(predicted, np.float64)
+    return r * u + (1 - r) * (1 - u)

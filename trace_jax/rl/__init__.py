@@ -1,0 +1,1 @@
+"""Policy optimization on rollout trees: advantage estimators, losses, the jitted learner step."""

@@ -1,0 +1,122 @@
+"""Advantage estimators behind a registry (METHOD.md section 6).
+
+An estimator turns trees into training sequences: one per leaf path, each with the turn nodes it
+trains and their advantages. `trace_tree` trains each turn once with
+A(y) = [V(y) - V(x)] / (sigma_x + eps) + lambda_local [V(y) - V(a)]; `grpo` and `tree_grpo` are
+trajectory-level (every turn of a path gets its leaf's advantage; shared prefixes duplicated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from trace_jax.rollout.tree import RolloutTree
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdvantageConfig:
+    """Attributes:
+      name: registry key ("trace_tree", "grpo", "tree_grpo").
+      lambda_local: weight of the local (anchor-contrast) term of trace_tree.
+      scale: "std" divides the global term by the tree's leaf-success std, "none" does not.
+      eps: added to the std.
+    """
+
+    name: str = "trace_tree"
+    lambda_local: float = 0.5
+    scale: str = "std"
+    eps: float = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class Sequence:
+    """One leaf path to feed the learner: the nodes trained in it and their advantages."""
+
+    tree: int
+    leaf: int
+    advantages: dict[int, float]  # node id -> advantage of every token of that turn
+
+
+ESTIMATORS: dict[str, Callable[[list[RolloutTree], AdvantageConfig], list[Sequence]]] = {}
+
+
+def register(name: str):
+    def wrap(fn):
+        ESTIMATORS[name] = fn
+        return fn
+
+    return wrap
+
+
+def estimate(trees: list[RolloutTree], config: AdvantageConfig) -> list[Sequence]:
+    if config.name not in ESTIMATORS:
+        raise KeyError(f"unknown advantage estimator {config.name!r}; registered: {sorted(ESTIMATORS)}")
+    if config.scale not in ("std", "none"):
+        raise ValueError(f"advantage scale must be 'std' or 'none', got {config.scale!r}")
+    return ESTIMATORS[config.name](trees, config)
+
+
+def _successes(tree: RolloutTree) -> np.ndarray:
+    return np.array([float(n.success) for n in tree.leaves()])
+
+
+def node_advantages(tree: RolloutTree, config: AdvantageConfig) -> np.ndarray:
+    """trace_tree's A(y) for every node (0 at the root)."""
+    values, _ = tree.values()
+    sigma = _successes(tree).std() if config.scale == "std" else 1.0
+    adv = np.zeros(len(tree.nodes))
+    for node in tree.nodes[1:]:
+        anchor = tree.anchor_of(node.id)
+        adv[node.id] = ((values[node.id] - values[0]) / (sigma + config.eps)
+                        + config.lambda_local * (values[node.id] - values[anchor]))
+    return adv
+
+
+@register("trace_tree")
+def trace_tree(trees, config):
+    out = []
+    for i, tree in enumerate(trees):
+        adv = node_advantages(tree, config)
+        trained: set[int] = set()
+        for leaf in tree.leaves():
+            own = {n.id: float(adv[n.id]) for n in tree.path(leaf.id)[1:] if n.id not in trained}
+            trained.update(own)
+            out.append(Sequence(i, leaf.id, own))
+    return out
+
+
+def _zscore(x: np.ndarray, config: AdvantageConfig) -> np.ndarray:
+    scale = x.std() if config.scale == "std" else 1.0
+    return (x - x.mean()) / (scale + config.eps)
+
+
+@register("grpo")
+def grpo(trees, config):
+    out = []
+    for i, tree in enumerate(trees):
+        leaves = tree.leaves()
+        adv = _zscore(_successes(tree), config)
+        for leaf, a in zip(leaves, adv):
+            out.append(Sequence(i, leaf.id, {n.id: float(a) for n in tree.path(leaf.id)[1:]}))
+    return out
+
+
+@register("tree_grpo")
+def tree_grpo(trees, config):
+    """Leaf success z-scored within its sub-tree (the bare rollout it branched from) plus across the
+    prompt's whole tree, as Tree-GRPO's intra- and inter-tree advantages."""
+    out = []
+    for i, tree in enumerate(trees):
+        leaves = tree.leaves()
+        success = _successes(tree)
+        inter = _zscore(success, config)
+        group = np.array([tree.path(leaf.id)[1].id for leaf in leaves])  # the root child it descends from
+        intra = np.zeros(len(leaves))
+        for g in np.unique(group):
+            intra[group == g] = _zscore(success[group == g], config)
+        for leaf, a in zip(leaves, intra + inter):
+            out.append(Sequence(i, leaf.id, {n.id: float(a) for n in tree.path(leaf.id)[1:]}))
+    return out

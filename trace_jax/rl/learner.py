@@ -1,0 +1,109 @@
+"""The learner: training sequences from trees, padded to buckets, and one jitted optimizer step
+that scans over micro-batches (gradient accumulation) and returns loss, clip fraction, approximate
+KL, gradient norm and entropy."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from trace_jax.models.config import ModelConfig
+from trace_jax.models.transformer import Params, forward
+from trace_jax.rl.advantages import Sequence
+from trace_jax.rl.losses import LossConfig, get_loss
+from trace_jax.rollout.tree import RolloutTree
+from trace_jax.sampling.state import batch_bucket, length_bucket
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LearnerConfig:
+    """Attributes:
+      learning_rate: AdamW step size.
+      weight_decay: AdamW decoupled weight decay.
+      max_grad_norm: global-norm gradient clipping.
+      micro_batch: sequences per micro-batch (gradients accumulate over the batch).
+    """
+
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch: int = 8
+
+
+def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                       optax.adamw(config.learning_rate, weight_decay=config.weight_decay))
+
+
+def build_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch: int) -> dict[str, np.ndarray]:
+    """[num_micro, micro_batch, L] arrays. Position t holds token t and predicts token t + 1:
+    `mask` is set where token t + 1 is a generated token trained in this sequence (observations and
+    prompts never are), with its advantage and the sampler's log-prob."""
+    rows = []
+    for seq in sequences:
+        tree = trees[seq.tree]
+        ids, trained, adv, old = [], [], [], []
+        for node in tree.path(seq.leaf):
+            own = node.id in seq.advantages
+            ids += node.tokens + node.observation
+            trained += [own] * len(node.tokens) + [False] * len(node.observation)
+            a = seq.advantages.get(node.id, 0.0)
+            adv += [a] * len(node.tokens) + [0.0] * len(node.observation)
+            lp = node.logprobs if node.id else [0.0] * len(node.tokens)
+            old += list(lp) + [0.0] * len(node.observation)
+        rows.append((ids, trained, adv, old))
+    length = length_bucket(max(len(r[0]) for r in rows))
+    n = max(micro_batch, -(-batch_bucket(len(rows)) // micro_batch) * micro_batch)
+    out = {"tokens": np.zeros((n, length), np.int32), "valid": np.zeros((n, length), bool),
+           "targets": np.zeros((n, length), np.int32), "mask": np.zeros((n, length), bool),
+           "advantages": np.zeros((n, length), np.float32), "old_logprobs": np.zeros((n, length), np.float32)}
+    for r, (ids, trained, adv, old) in enumerate(rows):
+        L = len(ids)
+        out["tokens"][r, :L] = ids
+        out["valid"][r, :L] = True
+        out["targets"][r, : L - 1] = ids[1:]
+        out["mask"][r, : L - 1] = trained[1:]
+        out["advantages"][r, : L - 1] = adv[1:]
+        out["old_logprobs"][r, : L - 1] = old[1:]
+    return {k: v.reshape(n // micro_batch, micro_batch, length) for k, v in out.items()}
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
+def train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: optax.GradientTransformation,
+               params: Params, opt_state, batch: dict[str, jax.Array]):
+    """One optimizer step over the whole batch ([num_micro, micro, L] arrays)."""
+    loss_impl = get_loss(loss_config)
+    mask = batch["mask"]
+    if loss_config.aggregation == "token_mean":
+        normalizer = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
+    else:
+        normalizer = jnp.maximum(jnp.any(mask, axis=-1).sum(), 1).astype(jnp.float32)
+
+    def loss_fn(p, micro):
+        B, L = micro["tokens"].shape
+        positions = jnp.broadcast_to(jnp.arange(L), (B, L))
+        logits, _, _ = forward(model_config, p, micro["tokens"], positions, attention_mask=micro["valid"])
+        return loss_impl(logits, micro, loss_config, normalizer)
+
+    def accumulate(carry, micro):
+        grads, totals = carry
+        (loss, metrics), g = jax.value_and_grad(loss_fn, has_aux=True)(params, micro)
+        totals = jax.tree.map(jnp.add, totals, {"loss": loss, **metrics})
+        return (jax.tree.map(jnp.add, grads, g), totals), None
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    totals0 = {k: jnp.zeros((), jnp.float32) for k in ("loss", "clip_fraction", "approx_kl", "entropy", "tokens")}
+    (grads, totals), _ = jax.lax.scan(accumulate, (zeros, totals0), batch)
+    grad_norm = optax.global_norm(grads)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    tokens = jnp.maximum(totals["tokens"], 1.0)
+    metrics = {"loss": totals["loss"], "clip_fraction": totals["clip_fraction"] / tokens,
+               "approx_kl": totals["approx_kl"] / tokens, "entropy": totals["entropy"] / tokens,
+               "grad_norm": grad_norm, "trained_tokens": totals["tokens"]}
+    return params, opt_state, metrics

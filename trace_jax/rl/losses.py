@@ -1,0 +1,76 @@
+"""Policy losses behind a registry: the clipped surrogate with separate low/high clip (DAPO
+clip-higher), token-mean or sequence-mean aggregation, optional k3 KL to a reference, the importance
+ratio taken against the sampler's own log-probs. Pure functions of logits and the batch."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LossConfig:
+    """Attributes:
+      name: registry key.
+      clip_low, clip_high: ratio clipped to [1 - clip_low, 1 + clip_high].
+      aggregation: "token_mean" (every trained token weighs the same) or "sequence_mean".
+      kl_coef: weight of the k3 KL to the reference log-probs (0 = off, no reference needed).
+      temperature: the sampler's temperature; log-probs are of softmax(logits / T).
+    """
+
+    name: str = "ppo_clip"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    aggregation: str = "token_mean"
+    kl_coef: float = 0.0
+    temperature: float = 1.0
+
+
+def token_logprobs(logits, targets, temperature: float):
+    """logits [N, L, V], targets [N, L] -> (log-prob of each target, entropy) [N, L], float32."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+    chosen = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    return chosen, entropy
+
+
+def ppo_clip(logits, batch, config: LossConfig, normalizer):
+    """Returns (summed loss / normalizer, metrics sums). batch: targets, mask, advantages,
+    old_logprobs (and ref_logprobs when kl_coef > 0), all [N, L]; normalizer: total trained tokens
+    (token_mean) or sequences (sequence_mean) of the whole accumulated batch."""
+    mask = batch["mask"].astype(jnp.float32)
+    new, entropy = token_logprobs(logits, batch["targets"], config.temperature)
+    log_ratio = new - batch["old_logprobs"]
+    ratio = jnp.exp(log_ratio)
+    adv = batch["advantages"]
+    clipped = jnp.clip(ratio, 1.0 - config.clip_low, 1.0 + config.clip_high)
+    per_token = -jnp.minimum(ratio * adv, clipped * adv)
+    if config.kl_coef > 0:
+        d = batch["ref_logprobs"] - new
+        per_token = per_token + config.kl_coef * (jnp.exp(d) - d - 1.0)
+    if config.aggregation == "token_mean":
+        weights = mask
+    else:  # each sequence's tokens share weight 1
+        weights = mask / jnp.maximum(mask.sum(axis=1, keepdims=True), 1.0)
+    loss = jnp.sum(per_token * weights) / normalizer
+    metrics = {
+        "clip_fraction": jnp.sum((jnp.abs(ratio - clipped) > 1e-6) * mask),
+        "approx_kl": jnp.sum(((ratio - 1.0) - log_ratio) * mask),
+        "entropy": jnp.sum(entropy * mask),
+        "tokens": jnp.sum(mask),
+    }
+    return loss, metrics
+
+
+LOSSES: dict[str, Callable] = {"ppo_clip": ppo_clip}
+
+
+def get_loss(config: LossConfig):
+    if config.name not in LOSSES:
+        raise KeyError(f"unknown loss {config.name!r}; registered: {sorted(LOSSES)}")
+    if config.aggregation not in ("token_mean", "sequence_mean"):
+        raise ValueError(f"loss aggregation must be 'token_mean' or 'sequence_mean', got {config.aggregation!r}")
+    return LOSSES[config.name]

@@ -1,0 +1,1 @@
+"""Rollout trees and the agent loop that grows them."""

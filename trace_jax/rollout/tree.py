@@ -1,0 +1,142 @@
+"""Rollout trees: one per prompt. Nodes are turns with their token spans, leaves carry rewards.
+
+The root holds the prompt; every other node is one assistant turn (generated tokens, their
+sampler log-probs) followed by the observation the environment returned (masked in training),
+or it is terminal with a reward. Back-up values V(y) = mean success of the leaves below y;
+the trainable segments are the generated turns, each trained once; per-step statistics report
+how much of the bought contrast is usable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Node:
+    """A turn (or the root, id 0). Token fields are host lists; `boundary` locates the prefix
+    after this node's observation in a sampler state: (state id, row, length)."""
+
+    id: int
+    parent: int | None
+    depth: int  # 0 for the root, t for the t-th turn
+    tokens: list[int] = dataclasses.field(default_factory=list)  # generated (root: the prompt)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    entropy: list[float] = dataclasses.field(default_factory=list)
+    observation: list[int] = dataclasses.field(default_factory=list)  # appended after the turn
+    children: list[int] = dataclasses.field(default_factory=list)
+    terminal: bool = False
+    reward: float = 0.0
+    success: bool = False
+    tool_calls: int = 0  # tool calls made up to and including this turn
+    boundary: tuple[int, int, int] | None = None
+    hidden: np.ndarray | None = None  # policy hidden state at the boundary (predictor feature)
+    episode: Any = None  # forkable env episode state at the boundary
+    expanded: int = 0  # continuations sampled from this node as an anchor (beyond its first path)
+
+
+class RolloutTree:
+    def __init__(self, task, prompt: list[int]):
+        self.task = task
+        self.nodes = [Node(id=0, parent=None, depth=0, tokens=list(prompt))]
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[0]
+
+    def add(self, parent: int, **fields) -> Node:
+        node = Node(id=len(self.nodes), parent=parent, depth=self.nodes[parent].depth + 1, **fields)
+        self.nodes.append(node)
+        self.nodes[parent].children.append(node.id)
+        return node
+
+    def path(self, node_id: int) -> list[Node]:
+        """Root ... node."""
+        out = []
+        while node_id is not None:
+            out.append(self.nodes[node_id])
+            node_id = self.nodes[node_id].parent
+        return out[::-1]
+
+    def context(self, node_id: int) -> list[int]:
+        """Token ids of the prefix after `node_id`'s observation (the anchor H_t)."""
+        ids: list[int] = []
+        for node in self.path(node_id):
+            ids += node.tokens + node.observation
+        return ids
+
+    def leaves(self) -> list[Node]:
+        return [n for n in self.nodes if n.terminal]
+
+    def open_nodes(self) -> list[Node]:
+        """Non-root nodes that are neither terminal nor expanded into children yet (should be none)."""
+        return [n for n in self.nodes[1:] if not n.terminal and not n.children]
+
+    def values(self) -> tuple[np.ndarray, np.ndarray]:
+        """(V, n) per node: mean success of the leaves below each node and their count."""
+        successes = np.zeros(len(self.nodes))
+        counts = np.zeros(len(self.nodes))
+        for node in reversed(self.nodes):  # children are created after their parents
+            if node.terminal:
+                successes[node.id] += float(node.success)
+                counts[node.id] += 1
+            if node.parent is not None:
+                successes[node.parent] += successes[node.id]
+                counts[node.parent] += counts[node.id]
+        return np.divide(successes, counts, out=np.full(len(self.nodes), np.nan), where=counts > 0), counts
+
+    def is_mixed(self, node_id: int = 0) -> bool:
+        v, n = self.values()
+        return bool(n[node_id] > 0 and 0.0 < v[node_id] < 1.0)
+
+    def anchor_of(self, node_id: int) -> int:
+        """The node this turn was sampled from: its parent (root or a turn boundary)."""
+        return self.nodes[node_id].parent
+
+    def segments(self) -> list[Node]:
+        """The generated turns to train on, each once."""
+        return self.nodes[1:]
+
+
+@dataclasses.dataclass
+class Ledger:
+    """The budget ledger every allocator fills the same way."""
+
+    rollouts_started: int = 0
+    rollouts_finished: int = 0
+    rollouts_discarded: int = 0  # finished but not trained on (DAPO's filtered groups)
+    tokens_generated: int = 0
+    tokens_prefilled: int = 0
+    tool_calls: int = 0
+
+    def add(self, other: Ledger) -> Ledger:
+        return Ledger(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def step_statistics(trees: list[RolloutTree], advantages: list[np.ndarray] | None = None) -> dict[str, float]:
+    """Effective ratio (trees with both outcomes), mixed share of expanded prefixes, and the share
+    of trained tokens with non-zero advantage (when per-node advantages are given)."""
+    if not trees:
+        return {"effective_ratio": 0.0, "expanded_mixed_share": 0.0, "nonzero_advantage_token_share": 0.0}
+    mixed = [t.is_mixed(0) for t in trees]
+    expanded_mixed = []
+    for t in trees:
+        v, n = t.values()
+        expanded_mixed += [0.0 < v[node.id] < 1.0 for node in t.nodes[1:] if len(node.children) > 1]
+    stats = {"effective_ratio": float(np.mean(mixed)),
+             "expanded_mixed_share": float(np.mean(expanded_mixed)) if expanded_mixed else 0.0,
+             "leaves_per_tree": float(np.mean([len(t.leaves()) for t in trees]))}
+    if advantages is not None:
+        total = nonzero = 0
+        for t, adv in zip(trees, advantages):
+            for node in t.segments():
+                total += len(node.tokens)
+                nonzero += len(node.tokens) * bool(abs(adv[node.id]) > 1e-8)
+        stats["nonzero_advantage_token_share"] = nonzero / max(total, 1)
+    return stats
