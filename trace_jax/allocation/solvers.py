@@ -20,7 +20,9 @@ def root_values(v: np.ndarray, m_max: int) -> np.ndarray:
     """[C, m_max + 1] table of 1 - v^m - (1 - v)^m: the chance m samples have mixed outcomes."""
     m = np.arange(m_max + 1)[None, :]
     v = np.clip(np.asarray(v, np.float64), 0.0, 1.0)[:, None]
-    return 1.0 - v ** m - (1.0 - v) ** m
+    table = 1.0 - v ** m - (1.0 - v) ** m
+    table[:, 0] = 0.0
+    return table
 
 
 def solve_dp(values: np.ndarray, budget: int, *, m_min: int, m_max: int, max_items: int) -> np.ndarray:
@@ -34,7 +36,7 @@ def solve_dp(values: np.ndarray, budget: int, *, m_min: int, m_max: int, max_ite
     best[0, :] = 0.0  # best[c, b]: best value with c items opened and at most b spent
     pick = np.zeros((C, max_items + 1, budget + 1), np.int16)
     for i in range(C):
-        new = best.copy()
+        new = best + values[i, 0]  # prompt i left out
         for m in choices:
             if m > budget:
                 break

@@ -99,7 +99,7 @@ def train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: op
     zeros = jax.tree.map(jnp.zeros_like, params)
     totals0 = {k: jnp.zeros((), jnp.float32) for k in ("loss", "clip_fraction", "approx_kl", "entropy", "tokens")}
     (grads, totals), _ = jax.lax.scan(accumulate, (zeros, totals0), batch)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     tokens = jnp.maximum(totals["tokens"], 1.0)

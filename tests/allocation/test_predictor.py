@@ -1,0 +1,51 @@
+"""The success predictor: neutral at init, learns a prefix feature, calibration metrics are right."""
+
+import numpy as np
+import pytest
+
+from trace_jax.allocation.predictor import SuccessPredictor, auc, calibration
+
+
+def test_untrained_predictor_says_one_half():
+    p = SuccessPredictor(35).predict(np.random.default_rng(0).normal(size=(300, 35)) * 5)
+    assert np.abs(p - 0.5).max() <= 0.05
+
+
+def test_learns_success_that_depends_on_a_feature():
+    rng = np.random.default_rng(0)
+    predictor = SuccessPredictor(20)
+
+    def stream(n):
+        x = rng.normal(size=(n, 20)).astype(np.float32)
+        y = (rng.random(n) < 1 / (1 + np.exp(-4 * x[:, 3]))).astype(np.float32)
+        return x, y
+
+    for _ in range(6):  # six "steps" of outcomes through the replay buffer
+        x, y = stream(400)
+        predictor.fit(x, y, np.ones(len(y), np.float32))
+    x, y = stream(1000)
+    assert auc(predictor.predict(x), y) > 0.9
+
+
+def test_auc_matches_pairwise_definition():
+    rng = np.random.default_rng(1)
+    s, y = rng.integers(0, 5, 60).astype(float), rng.integers(0, 2, 60).astype(float)
+    pairs = [(1.0 if a > b else 0.5 if a == b else 0.0) for a, ya in zip(s, y) for b, yb in zip(s, y)
+             if ya == 1 and yb == 0]
+    assert auc(s, y) == pytest.approx(np.mean(pairs))
+    assert np.isnan(auc(s, np.ones(60)))
+
+
+def test_calibration_of_a_perfect_and_a_constant_predictor():
+    y = np.array([0, 0, 1, 1], float)
+    assert calibration(y, y) == {"brier": 0.0, "ece": 0.0, "auc": 1.0, "n": 4}
+    constant = calibration(np.full(4, 0.5), y)
+    assert constant["brier"] == pytest.approx(0.25) and constant["auc"] == 0.5 and constant["ece"] == 0.0
+
+
+def test_state_round_trip():
+    a, b = SuccessPredictor(8, seed=0), SuccessPredictor(8, seed=1)
+    x = np.random.default_rng(2).normal(size=(50, 8)).astype(np.float32)
+    a.fit(x, (x[:, 0] > 0).astype(np.float32), np.ones(50, np.float32))
+    b.load_state(a.state())
+    np.testing.assert_allclose(a.predict(x), b.predict(x))

@@ -1,0 +1,84 @@
+"""Every allocator spends exactly the configured budget and keeps its own bookkeeping right."""
+
+import numpy as np
+import pytest
+
+from trace_jax.allocation import solvers, strategies
+from trace_jax.allocation.predictor import NUM_SCALARS
+from trace_jax.allocation.strategies import BudgetConfig, knapsack_values, task_key
+from trace_jax.rollout.agent_loop import RolloutEngine
+
+BUDGET = BudgetConfig(rollouts=12, prompts=3, candidates=6, m_min=2, m_max=4, root_fraction=0.5)
+
+
+def _run(tiny_setup, name, budget=BUDGET, seed=0):
+    config = tiny_setup["config"]
+    alloc = strategies.make(name, budget, seed=seed, feature_dim=config.hidden_size + NUM_SCALARS)
+    engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=seed)
+    pool = tiny_setup["source"].tasks("train")[: alloc.pool_size]
+    return alloc, engine, alloc.step(engine, pool)
+
+
+@pytest.mark.parametrize("name", sorted(strategies.REGISTRY))
+def test_ledger_matches_the_budget_and_trees_are_complete(tiny_setup, name):
+    _, engine, outcome = _run(tiny_setup, name)
+    ledger = engine.ledger
+    assert ledger.rollouts_started == ledger.rollouts_finished == BUDGET.rollouts
+    assert ledger.tokens_generated == sum(len(n.tokens) for t in outcome.trees for n in t.nodes[1:]) \
+        or name == "dapo"
+    for tree in outcome.trees:
+        assert tree.open_nodes() == []
+        assert all(n.terminal == (not n.children) for n in tree.nodes[1:])
+
+
+def test_dapo_counts_what_it_discards(tiny_setup):
+    _, engine, outcome = _run(tiny_setup, "dapo")
+    kept = sum(len(t.leaves()) for t in outcome.trees)
+    assert engine.ledger.rollouts_discarded == BUDGET.rollouts - kept
+    assert all(t.is_mixed() for t in outcome.trees)
+
+
+def test_mopps_posterior_is_the_beta_update(tiny_setup):
+    alloc, _, outcome = _run(tiny_setup, "mopps")
+    for tree in outcome.trees:
+        s = sum(n.success for n in tree.leaves())
+        n = len(tree.leaves())
+        assert alloc.posterior[task_key(tree.task)] == [1.0 + s, 1.0 + n - s]
+    restored = strategies.make("mopps", BUDGET)
+    restored.load_state(alloc.state())
+    assert restored.posterior == alloc.posterior
+
+
+def test_knapsack_allocation_is_its_dp():
+    alloc = strategies.make("knapsack", BudgetConfig(rollouts=10, prompts=4, candidates=4, m_min=2, m_max=4))
+    pool = [type("T", (), {"id": f"t{i}"})() for i in range(4)]
+    rates = [0.5, 0.1, 0.9, 0.3]
+    alloc.success_rate = {task_key(t): r for t, r in zip(pool, rates)}
+    m = alloc.allocation(pool)
+    table = knapsack_values(np.array(rates), 4)
+    best = solvers.brute_force(table, 10, m_min=2, m_max=4, max_items=4)
+    assert m.sum() == 10
+    assert solvers.objective(table, m) == pytest.approx(solvers.objective(table, best))
+
+
+def test_trace_state_round_trips(tiny_setup):
+    alloc, _, outcome = _run(tiny_setup, "trace")
+    assert "predictor_brier" in outcome.stats
+    other = strategies.make("trace", BUDGET, feature_dim=tiny_setup["config"].hidden_size + NUM_SCALARS, seed=3)
+    other.load_state(alloc.state())
+    x = np.random.default_rng(0).normal(size=(4, tiny_setup["config"].hidden_size + NUM_SCALARS))
+    np.testing.assert_allclose(other.predictor.predict(x), alloc.predictor.predict(x))
+
+
+@pytest.mark.parametrize("bad,field", [
+    (dict(unit="seconds"), "unit"), (dict(solver="magic"), "solver"), (dict(root_fraction=0.0), "root_fraction"),
+    (dict(rollouts=4, prompts=3), "rollouts"), (dict(candidates=2), "candidates"), (dict(m_min=5), "m_min"),
+])
+def test_bad_budget_names_the_field(bad, field):
+    with pytest.raises(ValueError, match=field):
+        BudgetConfig(**{**dict(rollouts=12, prompts=3, candidates=6, m_min=2, m_max=4), **bad})
+
+
+def test_unknown_allocator_is_named():
+    with pytest.raises(KeyError, match="nope"):
+        strategies.make("nope", BUDGET)

@@ -1,0 +1,100 @@
+"""The loss and the learner step: masks, clipping, agreement with the sampler, accumulation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from trace_jax.allocation import strategies
+from trace_jax.rl import learner
+from trace_jax.rl.advantages import AdvantageConfig, Sequence, estimate
+from trace_jax.rl.losses import LossConfig, ppo_clip, token_logprobs
+from trace_jax.models import forward
+from trace_jax.rollout.agent_loop import RolloutEngine
+
+
+def _batch(rng, n=2, length=6, vocab=11):
+    return {"targets": jnp.asarray(rng.integers(0, vocab, (n, length))),
+            "mask": jnp.asarray(rng.random((n, length)) < 0.5),
+            "advantages": jnp.asarray(rng.normal(size=(n, length)), jnp.float32),
+            "old_logprobs": jnp.asarray(-rng.random((n, length)) * 3, jnp.float32)}
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
+def test_masked_tokens_get_no_gradient(aggregation):
+    rng = np.random.default_rng(0)
+    batch = _batch(rng)
+    logits = jnp.asarray(rng.normal(size=(2, 6, 11)), jnp.float32)
+    config = LossConfig(aggregation=aggregation)
+    grad = jax.grad(lambda lg: ppo_clip(lg, batch, config, 4.0)[0])(logits)
+    per_position = np.abs(np.asarray(grad)).sum(-1)
+    assert (per_position[~np.asarray(batch["mask"])] == 0).all()
+    assert (per_position[np.asarray(batch["mask"])] > 0).any()
+
+
+def test_clipped_tokens_get_no_gradient():
+    logits = jnp.zeros((1, 1, 4))
+    new_logprob = float(token_logprobs(logits, jnp.zeros((1, 1), jnp.int32), 1.0)[0][0, 0])
+    batch = {"targets": jnp.zeros((1, 1), jnp.int32), "mask": jnp.ones((1, 1), bool),
+             "advantages": jnp.ones((1, 1)), "old_logprobs": jnp.full((1, 1), new_logprob - 1.0)}  # ratio e > 1.28
+    grad = jax.grad(lambda lg: ppo_clip(lg, batch, LossConfig(), 1.0)[0])(logits)
+    assert np.abs(np.asarray(grad)).max() == 0.0
+    _, metrics = ppo_clip(logits, batch, LossConfig(), 1.0)
+    assert float(metrics["clip_fraction"]) == 1.0
+
+
+@pytest.fixture(scope="module")
+def rollouts(tiny_setup):
+    budget = strategies.BudgetConfig(rollouts=8, prompts=2, candidates=2, m_min=2, m_max=4)
+    engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=1)
+    trees = strategies.make("tree_random", budget).step(engine, tiny_setup["source"].tasks("train")[:2]).trees
+    return trees
+
+
+def test_learner_logprobs_equal_the_samplers(tiny_setup, rollouts):
+    policy = tiny_setup["policy"]
+    seqs = estimate(rollouts, AdvantageConfig())
+    batch = learner.build_batch(rollouts, seqs, micro_batch=4)
+    flat = {k: v.reshape(-1, v.shape[-1]) for k, v in batch.items()}
+    positions = np.broadcast_to(np.arange(flat["tokens"].shape[1]), flat["tokens"].shape)
+    logits, _, _ = forward(policy.config, policy.params, flat["tokens"], positions, attention_mask=flat["valid"])
+    new, _ = token_logprobs(logits, flat["targets"], 1.0)
+    mask = flat["mask"]
+    assert mask.sum() == sum(len(n.tokens) for t in rollouts for n in t.nodes[1:])  # each turn once
+    np.testing.assert_allclose(np.asarray(new)[mask], flat["old_logprobs"][mask], atol=1e-4)
+
+
+def test_observation_and_prompt_tokens_are_never_trained(rollouts):
+    seqs = estimate(rollouts, AdvantageConfig(name="grpo"))
+    batch = learner.build_batch(rollouts, seqs, micro_batch=2)
+    tree, seq = rollouts[seqs[0].tree], seqs[0]
+    path = tree.path(seq.leaf)
+    prompt = len(path[0].tokens)
+    mask = batch["mask"].reshape(-1, batch["mask"].shape[-1])[0]
+    assert not mask[: prompt - 1].any()
+    offset = prompt
+    for node in path[1:]:
+        assert mask[offset - 1: offset - 1 + len(node.tokens)].all()
+        assert not mask[offset - 1 + len(node.tokens): offset - 1 + len(node.tokens) + len(node.observation)].any()
+        offset += len(node.tokens) + len(node.observation)
+
+
+def _step(tiny_setup, rollouts, micro_batch):
+    policy = tiny_setup["policy"]
+    seqs = [Sequence(s.tree, s.leaf, {n: 1.0 - 0.3 * i for i, n in enumerate(s.advantages)})
+            for s in estimate(rollouts, AdvantageConfig())]
+    batch = learner.build_batch(rollouts, seqs, micro_batch=micro_batch)
+    optimizer = learner.make_optimizer(learner.LearnerConfig(learning_rate=1e-3))
+    params = jax.tree.map(jnp.array, policy.params)
+    new, _, metrics = learner.train_step(policy.config, LossConfig(), optimizer, params, optimizer.init(params),
+                                         batch)
+    return new, metrics
+
+
+def test_gradient_accumulation_matches_one_big_batch(tiny_setup, rollouts):
+    a, ma = _step(tiny_setup, rollouts, micro_batch=2)
+    b, mb = _step(tiny_setup, rollouts, micro_batch=8)
+    assert float(ma["grad_norm"]) > 0 and float(ma["approx_kl"]) < 1e-6
+    np.testing.assert_allclose(float(ma["loss"]), float(mb["loss"]), rtol=1e-5)
+    np.testing.assert_allclose(float(ma["grad_norm"]), float(mb["grad_norm"]), rtol=1e-4)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-5), a, b)  # Adam magnifies fp noise
