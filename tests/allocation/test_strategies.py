@@ -1,5 +1,7 @@
 """Every allocator spends exactly the configured budget and keeps its own bookkeeping right."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -45,7 +47,7 @@ def test_mopps_posterior_is_the_beta_update(tiny_setup):
         n = len(tree.leaves())
         assert alloc.posterior[task_key(tree.task)] == [1.0 + s, 1.0 + n - s]
     restored = strategies.make("mopps", BUDGET)
-    restored.load_state(alloc.state())
+    restored.load_host_state(json.loads(json.dumps(alloc.host_state())))
     assert restored.posterior == alloc.posterior
 
 

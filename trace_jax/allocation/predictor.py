@@ -147,11 +147,34 @@ class SuccessPredictor:
         return self.fit(*self.targets(trees))
 
     def state(self) -> dict:
-        """A checkpointable pytree (params and optimizer state; the replay buffer is rebuilt)."""
-        return {"params": self.params, "opt_state": self.opt_state}
+        """Checkpointable arrays: params, optimizer state and the replay buffer (when not empty)."""
+        out = {"params": self.params, "opt_state": self.opt_state}
+        if self.buffer:
+            out["buffer"] = {k: np.concatenate([b[i] for b in self.buffer]) for i, k in enumerate("xyw")}
+        return out
 
-    def load_state(self, state: dict) -> None:
+    def host_state(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "buffer_sizes": [len(b[0]) for b in self.buffer],
+                "num_features": int(self.buffer[0][0].shape[1]) if self.buffer else 0}
+
+    def state_template(self, host: dict) -> dict:
+        """The array structure a checkpoint written with this host state holds."""
+        out = {"params": self.params, "opt_state": self.opt_state}
+        total = sum(host["buffer_sizes"])
+        if total:
+            out["buffer"] = {"x": np.zeros((total, host["num_features"]), np.float32),
+                             "y": np.zeros(total, np.float32), "w": np.zeros(total, np.float32)}
+        return out
+
+    def load_state(self, state: dict, host: dict | None = None) -> None:
         self.params, self.opt_state = state["params"], state["opt_state"]
+        if host is not None:
+            self.rng.bit_generator.state = host["rng"]
+            self.buffer, begin = [], 0
+            for size in host["buffer_sizes"]:
+                buf = state["buffer"]
+                self.buffer.append(tuple(np.asarray(buf[k][begin:begin + size]) for k in "xyw"))
+                begin += size
 
 
 def calibration(predicted: np.ndarray, outcomes: np.ndarray, bins: int = 10) -> dict[str, float]:

@@ -124,10 +124,22 @@ class Allocator(abc.ABC):
         """Spends the step's budget on `pool` and returns the trees to train on."""
 
     def state(self) -> dict:
+        """Array state to checkpoint with orbax (e.g. the predictor)."""
         return {}
 
-    def load_state(self, state: dict) -> None:
+    def load_state(self, state: dict, host: dict | None = None) -> None:
         pass
+
+    def host_state(self) -> dict:
+        """Small JSON-able state to checkpoint (RNG, posteriors, success rates)."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_host_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+    def state_template(self, host: dict) -> dict:
+        """The array structure of `state()` as checkpointed with this host state."""
+        return self.state()
 
     def _roots_with(self, engine: RolloutEngine, tasks: Sequence[Task], counts: Sequence[int]):
         trees = engine.roots(tasks)
@@ -191,14 +203,12 @@ class MoPPS(Allocator):
             self.posterior[task_key(task)] = [a + s, bb + n - s]
         return StepOutcome(trees, {})
 
-    def state(self):
-        keys = np.array(sorted(self.posterior), np.int64)
-        ab = np.array([self.posterior[k] for k in keys], np.float64).reshape(-1, 2)
-        return {"keys": keys, "alpha": ab[:, 0], "beta": ab[:, 1]}
+    def host_state(self):
+        return {**super().host_state(), "posterior": [[k, a, b] for k, (a, b) in sorted(self.posterior.items())]}
 
-    def load_state(self, state):
-        self.posterior = {int(k): [float(a), float(b)] for k, a, b in
-                          zip(state["keys"], state["alpha"], state["beta"])}
+    def load_host_state(self, state):
+        super().load_host_state(state)
+        self.posterior = {int(k): [float(a), float(b)] for k, a, b in state["posterior"]}
 
 
 def knapsack_values(p: np.ndarray, n_max: int) -> np.ndarray:
@@ -245,12 +255,12 @@ class KnapsackRL(Allocator):
             self.success_rate[task_key(task)] = s / n
         return StepOutcome(trees, {})
 
-    def state(self):
-        keys = np.array(sorted(self.success_rate), np.int64)
-        return {"keys": keys, "rate": np.array([self.success_rate[k] for k in keys], np.float64)}
+    def host_state(self):
+        return {**super().host_state(), "success_rate": [[k, r] for k, r in sorted(self.success_rate.items())]}
 
-    def load_state(self, state):
-        self.success_rate = {int(k): float(r) for k, r in zip(state["keys"], state["rate"])}
+    def load_host_state(self, state):
+        super().load_host_state(state)
+        self.success_rate = {int(k): float(r) for k, r in state["success_rate"]}
 
 
 def branch_points(trees: list[RolloutTree]) -> list[tuple[int, int]]:
@@ -394,5 +404,14 @@ class TRACE(Allocator):
     def state(self):
         return {"predictor": self.predictor.state()}
 
-    def load_state(self, state):
-        self.predictor.load_state(state["predictor"])
+    def host_state(self):
+        return {**super().host_state(), "predictor": self.predictor.host_state()}
+
+    def state_template(self, host):
+        return {"predictor": self.predictor.state_template(host["predictor"])}
+
+    def load_state(self, state, host=None):
+        self.predictor.load_state(state["predictor"], None if host is None else host["predictor"])
+
+    def load_host_state(self, state):
+        super().load_host_state(state)

@@ -73,8 +73,7 @@ def build_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch
     return {k: v.reshape(n // micro_batch, micro_batch, length) for k, v in out.items()}
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
-def train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: optax.GradientTransformation,
+def _train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: optax.GradientTransformation,
                params: Params, opt_state, batch: dict[str, jax.Array]):
     """One optimizer step over the whole batch ([num_micro, micro, L] arrays)."""
     loss_impl = get_loss(loss_config)
@@ -107,3 +106,28 @@ def train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: op
                "approx_kl": totals["approx_kl"] / tokens, "entropy": totals["entropy"] / tokens,
                "grad_norm": grad_norm, "trained_tokens": totals["tokens"]}
     return params, opt_state, metrics
+
+
+train_step = jax.jit(_train_step, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
+
+
+def sharded_train_step(mesh, model_config: ModelConfig, loss_config: LossConfig,
+                       optimizer: optax.GradientTransformation, params: Params):
+    """`train_step` jitted with explicit in/out shardings on `mesh` (params and optimizer state as the
+    partition rules say, batch rows over data x fsdp) and donation. Returns (step_fn, params, opt_state)
+    with params and optimizer state placed."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from trace_jax.parallel.rules import batch_sharding, param_shardings
+
+    p_sh = param_shardings(params, mesh)
+    params = jax.device_put(params, p_sh)
+    opt_state = jax.jit(optimizer.init)(params)  # moments follow the params' shardings
+    replicated = NamedSharding(mesh, PartitionSpec())
+    o_sh = jax.tree.map(lambda x: x.sharding if x.ndim and isinstance(x.sharding, NamedSharding) else replicated,
+                        opt_state)
+    opt_state = jax.device_put(opt_state, o_sh)
+    b_sh = batch_sharding(mesh)
+    step = jax.jit(functools.partial(_train_step, model_config, loss_config, optimizer),
+                   in_shardings=(p_sh, o_sh, b_sh), out_shardings=(p_sh, o_sh, None), donate_argnums=(0, 1))
+    return step, params, opt_state

@@ -1,0 +1,53 @@
+"""One metrics writer: TensorBoard event files and a JSONL log under the workdir."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+
+class MetricWriter:
+    """`write(step, {name: scalar})` appends to `<workdir>/metrics.jsonl` and TensorBoard (process 0 only)."""
+
+    def __init__(self, workdir: str, *, enabled: bool = True):
+        self.enabled = enabled
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        self._tb = None
+        if enabled:
+            os.makedirs(workdir, exist_ok=True)
+            try:
+                from tensorboardX import SummaryWriter
+                self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+            except ImportError:
+                self._tb = None
+
+    def write(self, step: int, scalars: Mapping[str, float], *, prefix: str = "") -> None:
+        if not self.enabled:
+            return
+        clean = {}
+        for key, value in scalars.items():
+            value = float(np.asarray(value))
+            clean[f"{prefix}{key}"] = value if np.isfinite(value) else None
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
+        if self._tb is not None:
+            for key, value in clean.items():
+                if value is not None:
+                    self._tb.add_scalar(key, value, int(step))
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(workdir: str) -> list[dict]:
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

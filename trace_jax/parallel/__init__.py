@@ -1,0 +1,1 @@
+"""Device meshes (`data`, `fsdp`, `tensor`), partition rules for params/optimizer/batch, sharded steps."""

@@ -1,0 +1,214 @@
+"""The typed run configuration: an `ml_collections.ConfigDict` from `configs/*.py` becomes frozen,
+keyword-only dataclasses before any library code sees it. Unknown fields, conflicting fields and
+paths that do not exist fail here, before compute, with the field named."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+
+from trace_jax.allocation.predictor import PredictorConfig
+from trace_jax.allocation.strategies import REGISTRY as ALLOCATORS
+from trace_jax.allocation.strategies import BudgetConfig
+from trace_jax.envs import SOURCES
+from trace_jax.models.presets import PRESETS
+from trace_jax.rl.advantages import ESTIMATORS, AdvantageConfig
+from trace_jax.rl.learner import LearnerConfig
+from trace_jax.rl.losses import LOSSES, LossConfig
+
+
+class ConfigError(ValueError):
+    """A config field that does not exist, has a bad value, or conflicts with another."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelSection:
+    """Attributes:
+      preset: a name from models.presets (used when `checkpoint` is empty).
+      checkpoint: local HF checkpoint directory ('' = random init of the preset).
+      tokenizer: local tokenizer directory ('' = the checkpoint's, else build the bundled BPE).
+      param_dtype, dtype: parameter and compute dtypes.
+    """
+
+    preset: str = "small"
+    checkpoint: str = ""
+    tokenizer: str = ""
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TaskSection:
+    """Attributes:
+      source: "multihop", "math" or "funcall".
+      seed: world/task generation seed.
+      num_questions: synthetic questions generated (across splits).
+      max_difficulty: hops/steps cap for the synthetic source (0 = the source default).
+      max_turns, max_tokens: episode limits.
+      search_top_k, search_words: passages per search and words per passage (multihop).
+    """
+
+    source: str = "multihop"
+    seed: int = 0
+    num_questions: int = 2000
+    max_difficulty: int = 0
+    max_turns: int = 6
+    max_tokens: int = 400
+    search_top_k: int = 3
+    search_words: int = 60
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SFTSection:
+    """Attributes:
+      steps: optimizer steps (0 skips SFT).
+      batch_size: demonstrations per step.
+      learning_rate: AdamW step size.
+      num_demos: oracle demonstrations generated.
+      mistake_rate: the oracle's mistake rate (recoveries teach robustness).
+      data_path: a JSONL of conversations to use instead of oracle demonstrations.
+      max_len: demonstrations are cut to this many tokens.
+    """
+
+    steps: int = 300
+    batch_size: int = 16
+    learning_rate: float = 3e-3
+    num_demos: int = 2000
+    mistake_rate: float = 0.1
+    data_path: str = ""
+    max_len: int = 1024
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RLSection:
+    """Attributes:
+      steps: RL steps.
+      temperature, top_p, max_new_tokens: per-turn sampling.
+      eval_every: evaluate every this many steps (0: only at the end).
+    """
+
+    steps: int = 20
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    eval_every: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalSection:
+    """Attributes:
+      split: held-out split.
+      num_tasks: tasks evaluated (0 = all).
+      pass_k: k of the sampled pass@k (0 = greedy accuracy only).
+    """
+
+    split: str = "test"
+    num_tasks: int = 200
+    pass_k: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointSection:
+    """Attributes:
+      every: save every this many RL steps.
+      keep: checkpoints kept.
+    """
+
+    every: int = 5
+    keep: int = 2
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeshSection:
+    """Attributes: data, fsdp, tensor: mesh axis sizes (their product = the number of devices used)."""
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AllocatorSection:
+    """Attributes: name: a registered allocator."""
+
+    name: str = "trace"
+
+
+_SECTIONS = {"model": ModelSection, "task": TaskSection, "sft": SFTSection, "rl": RLSection,
+             "learner": LearnerConfig, "budget": BudgetConfig, "allocator": AllocatorSection,
+             "predictor": PredictorConfig, "advantage": AdvantageConfig, "loss": LossConfig,
+             "eval": EvalSection, "checkpoint": CheckpointSection, "mesh": MeshSection}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    seed: int
+    model: ModelSection
+    task: TaskSection
+    sft: SFTSection
+    rl: RLSection
+    learner: LearnerConfig
+    budget: BudgetConfig
+    allocator: AllocatorSection
+    predictor: PredictorConfig
+    advantage: AdvantageConfig
+    loss: LossConfig
+    eval: EvalSection
+    checkpoint: CheckpointSection
+    mesh: MeshSection
+
+
+def _plain(value: Any) -> Any:
+    return value.to_dict() if hasattr(value, "to_dict") else value
+
+
+def from_config_dict(config) -> RunConfig:
+    """Validates and converts; every problem names its field (e.g. `rl.stepz`)."""
+    raw = _plain(config)
+    unknown = set(raw) - set(_SECTIONS) - {"seed"}
+    if unknown:
+        raise ConfigError(f"config field(s) {sorted(unknown)} do not exist; sections: {sorted(_SECTIONS)}")
+    sections = {}
+    for name, cls in _SECTIONS.items():
+        given = dict(raw.get(name, {}) or {})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key in given:
+            if key not in fields:
+                raise ConfigError(f"config field '{name}.{key}' does not exist; {name} has {sorted(fields)}")
+        try:
+            sections[name] = cls(**given)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"config section '{name}': {e}") from None
+    run = RunConfig(seed=int(raw.get("seed", 0)), **sections)
+    _check_consistency(run)
+    return run
+
+
+def _check_consistency(run: RunConfig) -> None:
+    if run.model.preset not in PRESETS and not run.model.checkpoint:
+        raise ConfigError(f"config field 'model.preset': unknown preset {run.model.preset!r}; known {sorted(PRESETS)}")
+    for field, path in (("model.checkpoint", run.model.checkpoint), ("model.tokenizer", run.model.tokenizer),
+                        ("sft.data_path", run.sft.data_path)):
+        if path and not os.path.exists(path):
+            raise ConfigError(f"config field '{field}': path {path!r} does not exist")
+    if run.task.source not in SOURCES:
+        raise ConfigError(f"config field 'task.source': unknown source {run.task.source!r}; known {sorted(SOURCES)}")
+    if run.allocator.name not in ALLOCATORS:
+        raise ConfigError(f"config field 'allocator.name': unknown allocator {run.allocator.name!r}; "
+                          f"registered {sorted(ALLOCATORS)}")
+    if run.advantage.name not in ESTIMATORS:
+        raise ConfigError(f"config field 'advantage.name': unknown estimator {run.advantage.name!r}")
+    if run.loss.name not in LOSSES:
+        raise ConfigError(f"config field 'loss.name': unknown loss {run.loss.name!r}")
+    if abs(run.loss.temperature - run.rl.temperature) > 1e-9:
+        raise ConfigError(f"config fields 'loss.temperature'={run.loss.temperature} and 'rl.temperature'="
+                          f"{run.rl.temperature} conflict: the learner must score tokens at the sampling temperature")
+    if run.eval.split not in ("train", "validation", "test"):
+        raise ConfigError(f"config field 'eval.split': unknown split {run.eval.split!r}")
+    devices = run.mesh.data * run.mesh.fsdp * run.mesh.tensor
+    if devices > jax.device_count():
+        raise ConfigError(f"config field 'mesh': data x fsdp x tensor = {devices} devices, but only "
+                          f"{jax.device_count()} are available")

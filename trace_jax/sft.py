@@ -1,0 +1,101 @@
+"""Supervised warm start: oracle (or user-provided) ReAct demonstrations -> masked next-token loss.
+
+Demonstrations are rendered with the same renderer the policy samples with, so the assistant
+tokens trained here are exactly what the policy would emit; prompts and observations are masked.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from trace_jax.envs.oracle import Trajectory, run_episode
+from trace_jax.envs.protocol import TaskSource
+from trace_jax.envs.render import ReactRenderer, render_trajectory
+from trace_jax.models.config import ModelConfig
+from trace_jax.models.transformer import Params, forward
+from trace_jax.rl.losses import token_logprobs
+from trace_jax.sampling.state import batch_bucket, length_bucket
+
+
+def oracle_demonstrations(source: TaskSource, renderer: ReactRenderer, *, num: int, mistake_rate: float,
+                          seed: int, only_successful: bool = True) -> list[tuple[list[int], list[bool]]]:
+    """Rendered (ids, trained-mask) demonstrations from the oracle on the train split."""
+    env, oracle = source.make_env(), source.oracle(mistake_rate)
+    tasks = source.tasks("train")
+    rng = np.random.default_rng(seed)
+    demos: list[tuple[list[int], list[bool]]] = []
+    for i in rng.permutation(len(tasks)).tolist() * max(1, -(-num // max(len(tasks), 1))):
+        if len(demos) >= num:
+            break
+        trajectory = run_episode(env, tasks[i], oracle, seed=seed + len(demos))
+        if trajectory.success or not only_successful:
+            demos.append(render_trajectory(renderer, trajectory))
+    return demos
+
+
+def conversation_demonstrations(path: str, renderer: ReactRenderer) -> list[tuple[list[int], list[bool]]]:
+    """A user's JSONL of conversations: {"messages": [{"role", "content"}, ...]} with system/user first,
+    then alternating assistant turns and observation messages (any other role)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"SFT data {path!r} does not exist")
+    demos = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                messages = json.loads(line)["messages"]
+                head = [m for m in messages if m["role"] in ("system", "user")][:2]
+                rest = messages[len(head):]
+                turns, i = [], 0
+                while i < len(rest):
+                    if rest[i]["role"] != "assistant":
+                        raise ValueError(f"expected an assistant message at position {len(head) + i}")
+                    obs = rest[i + 1]["content"] if i + 1 < len(rest) else None
+                    turns.append((rest[i]["content"], obs))
+                    i += 2
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{path}:{line_no}: bad conversation: {e}") from None
+            demos.append(render_trajectory(renderer, Trajectory(None, head, turns, 1.0, True)))
+    if not demos:
+        raise ValueError(f"{path}: no conversations")
+    return demos
+
+
+def make_batch(demos: list[tuple[list[int], list[bool]]], max_len: int) -> dict[str, np.ndarray]:
+    """[B, L] arrays (B, L bucketed): position t holds token t and predicts t + 1 where trained."""
+    n, length = batch_bucket(len(demos)), length_bucket(min(max(len(d[0]) for d in demos), max_len))
+    out = {"tokens": np.zeros((n, length), np.int32), "valid": np.zeros((n, length), bool),
+           "targets": np.zeros((n, length), np.int32), "mask": np.zeros((n, length), bool)}
+    for r, (ids, mask) in enumerate(demos):
+        ids, mask = ids[:length], mask[:length]
+        L = len(ids)
+        out["tokens"][r, :L] = ids
+        out["valid"][r, :L] = True
+        out["targets"][r, : L - 1] = ids[1:]
+        out["mask"][r, : L - 1] = mask[1:]
+    return out
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(2, 3))
+def sft_step(config: ModelConfig, optimizer: optax.GradientTransformation, params: Params, opt_state, batch):
+    """One step of token-mean cross-entropy on the trained (assistant) tokens."""
+
+    def loss_fn(p):
+        B, L = batch["tokens"].shape
+        positions = jnp.broadcast_to(jnp.arange(L), (B, L))
+        logits, _, _ = forward(config, p, batch["tokens"], positions, attention_mask=batch["valid"])
+        logp, _ = token_logprobs(logits, batch["targets"], 1.0)
+        mask = batch["mask"].astype(jnp.float32)
+        return -jnp.sum(logp * mask) / jnp.maximum(mask.sum(), 1.0)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
