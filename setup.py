@@ -23,10 +23,15 @@ setup(
         "ml_collections>=1.0",
         "bm25s>=0.2,<0.4",
         "pyarrow>=14",
+        "absl-py>=2",
+        "tensorboardX>=2.6",
+        "tqdm>=4.60",
+        "matplotlib>=3.7",
     ],
     extras_require={
         # torch is pinned: 2.13.0 is the CPU build this project's machines carry; an unpinned
         # torch pulls a multi-GB CUDA build. The parity tests need nothing newer.
-        "test": ["pytest>=8", "chex>=0.1.90", "hypothesis>=6", "torch==2.13.0"],
+        "test": ["pytest>=8", "chex>=0.1.90", "hypothesis>=6", "torch==2.13.0", "nbclient>=0.9", "nbformat>=5.9",
+                 "ipykernel>=6"],
     },
 )

@@ -1,4 +1,4 @@
-"""Quickstart (the embedded default): the `small` preset on synthetic multi-hop QA, SFT then TRACE RL.
+"""Quickstart (the embedded default): the `mini` preset on synthetic multi-hop QA, SFT then TRACE RL.
 
   python experiments/train.py --config configs/quickstart.py --workdir /tmp/quickstart
 
@@ -13,12 +13,12 @@ import ml_collections
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
-    c.model = dict(preset="small", checkpoint="", tokenizer="", param_dtype="float32", dtype="float32")
+    c.model = dict(preset="mini", checkpoint="", tokenizer="", param_dtype="float32", dtype="float32")
     c.task = dict(source="multihop", seed=0, num_questions=2000, max_difficulty=2, max_turns=5, max_tokens=200,
                   search_top_k=2, search_words=24)
-    c.sft = dict(steps=400, batch_size=8, learning_rate=3e-3, num_demos=2000, mistake_rate=0.1, data_path="",
+    c.sft = dict(steps=800, batch_size=8, learning_rate=3e-3, num_demos=2000, mistake_rate=0.1, data_path="",
                  max_len=512)
-    c.rl = dict(steps=40, temperature=1.0, top_p=1.0, max_new_tokens=40, eval_every=0)
+    c.rl = dict(steps=80, temperature=1.0, top_p=1.0, max_new_tokens=40, eval_every=0)
     c.learner = dict(learning_rate=1e-4, weight_decay=0.0, max_grad_norm=1.0, micro_batch=8)
     c.budget = dict(rollouts=32, prompts=8, candidates=32, m_min=2, m_max=8, root_fraction=0.5, rounds=1,
                     unit="rollouts", branch_k=2, solver="greedy")

@@ -7,7 +7,7 @@ The last line printed is one JSON object with the run's headline figures.
 
 import json
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
@@ -20,6 +20,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
     del argv
+    logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
     import jax
     if FLAGS.distributed:
         jax.distributed.initialize()

@@ -1,4 +1,5 @@
-"""Named model configs: `tiny` for tests, `small` for the CPU quickstart, and real model shapes.
+"""Named model configs: `tiny` for tests, `mini` for the 10-minute CPU quickstart, `small` for CPU
+experiments and benchmarks, and real model shapes.
 
 The real shapes (Qwen3 0.6B-14B, Llama-3.2-1B) let users size meshes and budgets before
 they bring weights; `hf_io.load` reads the actual config from the checkpoint directory.
@@ -19,6 +20,9 @@ PRESETS: dict[str, dict] = {
     "tiny": dict(model_type="qwen3", qk_norm=True, vocab_size=BUNDLED_VOCAB, hidden_size=64,
                  intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                  tie_word_embeddings=True, max_position_embeddings=2048),
+    "mini": dict(model_type="qwen3", qk_norm=True, vocab_size=BUNDLED_VOCAB, hidden_size=128,
+                 intermediate_size=384, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=64,
+                 tie_word_embeddings=True, max_position_embeddings=4096),
     "small": dict(model_type="qwen3", qk_norm=True, vocab_size=BUNDLED_VOCAB, hidden_size=256,
                   intermediate_size=768, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64,
                   tie_word_embeddings=True, max_position_embeddings=4096),

@@ -1,0 +1,55 @@
+"""Bad configs fail before compute, naming the field."""
+
+import pytest
+
+from configs import quickstart
+from trace_jax import train
+from trace_jax.run_config import ConfigError, from_config_dict
+
+
+def test_quickstart_config_validates():
+    run = from_config_dict(quickstart.get_config())
+    assert run.allocator.name == "trace" and run.model.preset == "mini"
+    assert from_config_dict(quickstart.get_config("runlocal")).rl.steps == 2
+
+
+def _bad(update):
+    c = quickstart.get_config().to_dict()
+    for dotted, value in update.items():
+        section, key = dotted.split(".")
+        c[section][key] = value
+    return c
+
+
+@pytest.mark.parametrize("update,culprit", [
+    ({"rl.stepz": 3}, "rl.stepz"),
+    ({"allocator.name": "bogus"}, "allocator.name"),
+    ({"advantage.name": "bogus"}, "advantage.name"),
+    ({"loss.temperature": 0.5}, "loss.temperature"),
+    ({"budget.unit": "seconds"}, "budget"),
+    ({"task.source": "chess"}, "task.source"),
+    ({"mesh.data": 64}, "mesh"),
+    ({"eval.split": "dev"}, "eval.split"),
+])
+def test_bad_fields_are_named(update, culprit):
+    with pytest.raises(ConfigError, match=culprit.replace(".", r"\.")):
+        from_config_dict(_bad(update))
+
+
+def test_unknown_section_is_named():
+    c = quickstart.get_config().to_dict()
+    c["optimiser"] = {"lr": 1}
+    with pytest.raises(ConfigError, match="optimiser"):
+        from_config_dict(c)
+
+
+@pytest.mark.parametrize("field", ["model.checkpoint", "model.tokenizer", "sft.data_path"])
+def test_missing_paths_fail_fast(tmp_path, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.") + ".*does not exist"):
+        from_config_dict(_bad({field: str(tmp_path / "nowhere")}))
+
+
+def test_evaluate_without_checkpoint_fails_fast(tmp_path):
+    from trace_jax.checkpointing import CheckpointError
+    with pytest.raises(CheckpointError, match="does not exist"):
+        train.evaluate(quickstart.get_config("runlocal"), str(tmp_path / "empty"))

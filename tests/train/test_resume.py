@@ -1,0 +1,62 @@
+"""A run killed with SIGKILL after a checkpoint, then resumed, logs the same metrics as an uninterrupted run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from configs import quickstart
+from trace_jax import train
+
+OVERRIDES = {"model.preset": "tiny", "rl.steps": 4, "checkpoint.every": 1, "eval.num_tasks": 8, "sft.steps": 10,
+             "budget.rollouts": 8, "budget.prompts": 2, "budget.candidates": 4}
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _config():
+    c = quickstart.get_config("runlocal")
+    for dotted, value in OVERRIDES.items():
+        section, key = dotted.split(".")
+        c[section][key] = value
+    return c
+
+
+def _train_metrics(workdir):
+    """The last logged train/* metrics of each step (a killed run may have logged a step twice)."""
+    out = {}
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            train_keys = {k: v for k, v in row.items() if k.startswith("train/") and not k.endswith("_s")
+                          and k != "train/tokens_per_s"}
+            if train_keys:
+                out[row["step"]] = train_keys
+    return out
+
+
+def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
+    full = tmp_path / "full"
+    summary = train.train_and_evaluate(_config(), str(full))
+    assert summary["steps"] == 4
+
+    killed = tmp_path / "killed"
+    command = [sys.executable, os.path.join(REPO, "experiments", "train.py"), "--config",
+               os.path.join(REPO, "configs", "quickstart.py") + ":runlocal", "--workdir", str(killed)]
+    command += [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not os.path.isdir(killed / "checkpoints" / "2") and time.time() < deadline:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert os.path.isdir(killed / "checkpoints" / "2")
+
+    resumed = train.train_and_evaluate(_config(), str(killed))
+    assert resumed["acc_after_rl"] == summary["acc_after_rl"]
+    want, got = _train_metrics(full), _train_metrics(killed)
+    assert sorted(got) == [1, 2, 3, 4]
+    for step in (3, 4):
+        assert got[step] == want[step], step
