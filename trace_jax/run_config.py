@@ -188,6 +188,9 @@ def from_config_dict(config) -> RunConfig:
 
 
 def _check_consistency(run: RunConfig) -> None:
+    if not run.model.checkpoint and run.model.preset not in ("tiny", "mini", "small"):
+        raise ConfigError(f"config field 'model.checkpoint' is empty: preset {run.model.preset!r} is a real model "
+                          "shape and needs local weights (random init is only for tiny/mini/small)")
     if run.model.preset not in PRESETS and not run.model.checkpoint:
         raise ConfigError(f"config field 'model.preset': unknown preset {run.model.preset!r}; known {sorted(PRESETS)}")
     for field, path in (("model.checkpoint", run.model.checkpoint), ("model.tokenizer", run.model.tokenizer),

@@ -31,6 +31,7 @@ from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io, init_params
 from trace_jax.models.presets import get_preset
 from trace_jax.models.tokenizer import build_tokenizer, load_tokenizer, synthetic_corpus
+from trace_jax.parallel.mesh import make_mesh
 from trace_jax.rl import learner
 from trace_jax.rl.advantages import estimate, node_advantages
 from trace_jax.rollout.agent_loop import Policy, RolloutEngine
@@ -259,6 +260,16 @@ def train_and_evaluate(config, workdir: str) -> dict:
         start, position, after_sft = record["step"], record["data_position"], record["after_sft"]
         log(f"resumed at step {start} from {ckpt.directory}")
 
+    mesh_shape = (run.mesh.data, run.mesh.fsdp, run.mesh.tensor)
+    if np.prod(mesh_shape) > 1:
+        mesh = make_mesh(*mesh_shape)
+        learn, params, opt_state = learner.sharded_train_step(mesh, setup.model_config, run.loss, optimizer, params,
+                                                               opt_state)
+        log(f"learner on a {dict(mesh.shape)} mesh")
+    else:
+        def learn(p, o, b):
+            return learner.train_step(setup.model_config, run.loss, optimizer, p, o, b)
+
     banner("reinforcement learning")
     stop = _StopFlag()
     train_tasks = setup.source.tasks("train")
@@ -275,8 +286,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             metrics = {}
             if sequences:
                 batch = learner.build_batch(outcome.trees, sequences, run.learner.micro_batch)
-                params, opt_state, metrics = learner.train_step(setup.model_config, run.loss, optimizer, params,
-                                                                opt_state, batch)
+                params, opt_state, metrics = learn(params, opt_state, batch)
                 metrics = {k: float(v) for k, v in metrics.items()}
             per_node = [node_advantages(t, run.advantage) for t in outcome.trees]
             leaves = [leaf for t in outcome.trees for leaf in t.leaves()]

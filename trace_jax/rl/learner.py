@@ -112,21 +112,21 @@ train_step = jax.jit(_train_step, static_argnums=(0, 1, 2), donate_argnums=(3, 4
 
 
 def sharded_train_step(mesh, model_config: ModelConfig, loss_config: LossConfig,
-                       optimizer: optax.GradientTransformation, params: Params):
+                       optimizer: optax.GradientTransformation, params: Params, opt_state=None):
     """`train_step` jitted with explicit in/out shardings on `mesh` (params and optimizer state as the
     partition rules say, batch rows over data x fsdp) and donation. Returns (step_fn, params, opt_state)
-    with params and optimizer state placed."""
+    with params and optimizer state (fresh, or the given one) placed."""
     from jax.sharding import NamedSharding, PartitionSpec
 
     from trace_jax.parallel.rules import batch_sharding, param_shardings
 
     p_sh = param_shardings(params, mesh)
     params = jax.device_put(params, p_sh)
-    opt_state = jax.jit(optimizer.init)(params)  # moments follow the params' shardings
+    fresh = jax.jit(optimizer.init)(params)  # moments follow the params' shardings
     replicated = NamedSharding(mesh, PartitionSpec())
     o_sh = jax.tree.map(lambda x: x.sharding if x.ndim and isinstance(x.sharding, NamedSharding) else replicated,
-                        opt_state)
-    opt_state = jax.device_put(opt_state, o_sh)
+                        fresh)
+    opt_state = jax.device_put(fresh if opt_state is None else opt_state, o_sh)
     b_sh = batch_sharding(mesh)
     step = jax.jit(functools.partial(_train_step, model_config, loss_config, optimizer),
                    in_shardings=(p_sh, o_sh, b_sh), out_shardings=(p_sh, o_sh, None), donate_argnums=(0, 1))
