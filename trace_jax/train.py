@@ -204,10 +204,11 @@ class _StopFlag:
 
 def _pool(tasks, position: int, size: int, seed: int):
     """The next `size` tasks of a seeded, epoch-wise shuffled stream, from `position`."""
-    out = []
+    out, order, order_epoch = [], None, None
     while len(out) < size:
         epoch, offset = divmod(position, len(tasks))
-        order = np.random.default_rng(_seed(seed, "data", epoch)).permutation(len(tasks))
+        if epoch != order_epoch:
+            order, order_epoch = np.random.default_rng(_seed(seed, "data", epoch)).permutation(len(tasks)), epoch
         out.append(tasks[int(order[offset])])
         position += 1
     return out, position

@@ -60,3 +60,21 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert sorted(got) == [1, 2, 3, 4]
     for step in (3, 4):
         assert got[step] == want[step], step
+
+
+def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
+    workdir = tmp_path / "terminated"
+    command = [sys.executable, os.path.join(REPO, "experiments", "train.py"), "--config",
+               os.path.join(REPO, "configs", "quickstart.py") + ":runlocal", "--workdir", str(workdir)]
+    command += [f"--config.{k}={v}" for k, v in {**OVERRIDES, "rl.steps": 500, "checkpoint.every": 100}.items()]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 300
+    while not os.path.exists(workdir / "metrics.jsonl") or "train/" not in (workdir / "metrics.jsonl").read_text():
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["interrupted"] and summary["steps"] < 500
+    assert os.path.isdir(workdir / "checkpoints" / str(summary["steps"]))  # saved although every=100
