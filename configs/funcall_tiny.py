@@ -1,19 +1,12 @@
-"""funcall on the `tiny` preset: a few-minute CPU run of the whole pipeline on this task source.
+"""funcall on the `tiny` preset (see `multihop_tiny.py`).
 
   python experiments/train.py --config configs/funcall_tiny.py --workdir /tmp/funcall_tiny
 
-Expected runtime: about 3-5 minutes on a 2-core CPU (SFT, RL, two evaluations).
+Expected runtime: about 3-5 minutes on a 2-core CPU.
 """
 
-from configs import quickstart
+from configs import multihop_tiny
 
 
 def get_config(arg: str | None = None):
-    c = quickstart.get_config(arg)
-    c.model.preset = "tiny"
-    c.task.source = "funcall"
-    c.task.max_difficulty = {"multihop": 2, "math": 3, "funcall": 0}["funcall"]
-    c.task.max_turns = {"multihop": 5, "math": 6, "funcall": 6}["funcall"]
-    c.sft.steps = min(c.sft.steps, 400)
-    c.rl.steps = min(c.rl.steps, 30)
-    return c
+    return multihop_tiny.get_config(arg, source="funcall")
