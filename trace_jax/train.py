@@ -149,7 +149,9 @@ def _sft(setup: Setup, workdir: str, writer: MetricWriter):
     else:
         demos = oracle_demonstrations(setup.source, setup.renderer, num=run.sft.num_demos,
                                       mistake_rate=run.sft.mistake_rate, seed=run.seed)
-    log(f"{len(demos)} demonstrations, mean {np.mean([len(d[0]) for d in demos]):.0f} tokens")
+    cut = sum(len(d[0]) > run.sft.max_len for d in demos)
+    log(f"{len(demos)} demonstrations, mean {np.mean([len(d[0]) for d in demos]):.0f} tokens; {cut} longer than "
+        f"sft.max_len={run.sft.max_len} are truncated")
     optimizer = learner.make_optimizer(learner.LearnerConfig(learning_rate=run.sft.learning_rate,
                                                              max_grad_norm=run.learner.max_grad_norm))
     params = jax.tree.map(jnp.array, setup.params)

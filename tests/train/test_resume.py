@@ -56,6 +56,7 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
 
     resumed = train.train_and_evaluate(_config(), str(killed))
     assert resumed["acc_after_rl"] == summary["acc_after_rl"]
+    assert train.evaluate(_config(), str(full))["accuracy"] == summary["acc_after_rl"]
     want, got = _train_metrics(full), _train_metrics(killed)
     assert sorted(got) == [1, 2, 3, 4]
     for step in (3, 4):

@@ -1,0 +1,50 @@
+"""SFT data paths and the evaluation metrics."""
+
+import json
+
+import numpy as np
+import pytest
+
+from trace_jax.envs.oracle import run_episode
+from trace_jax.evaluation import evaluate_policy
+from trace_jax.sft import conversation_demonstrations, make_batch, oracle_demonstrations
+
+
+def test_oracle_demonstrations_train_only_assistant_tokens(tiny_setup):
+    renderer = tiny_setup["policy"].renderer
+    demos = oracle_demonstrations(tiny_setup["source"], renderer, num=5, mistake_rate=0.0, seed=0)
+    assert len(demos) == 5
+    ids, mask = demos[0]
+    trained = tiny_setup["tokenizer"].decode([i for i, m in zip(ids, mask) if m])
+    assert "Action: search[" in trained and "Observation" not in trained and "Question" not in trained
+    batch = make_batch(demos, max_len=4096)
+    assert batch["mask"].sum() == sum(sum(m[1:]) for _, m in demos)
+
+
+def test_user_conversations_jsonl(tiny_setup, tmp_path):
+    renderer = tiny_setup["policy"].renderer
+    source = tiny_setup["source"]
+    trajectory = run_episode(source.make_env(), source.tasks("train")[0], source.oracle(0.0))
+    messages = list(trajectory.messages)
+    for text, observation in trajectory.turns:
+        messages.append({"role": "assistant", "content": text})
+        if observation is not None:
+            messages.append({"role": "tool", "content": observation})
+    path = tmp_path / "conversations.jsonl"
+    path.write_text(json.dumps({"messages": messages}) + "\n")
+    from trace_jax.envs.render import render_trajectory
+    assert conversation_demonstrations(str(path), renderer)[0] == render_trajectory(renderer, trajectory)
+    path.write_text(json.dumps({"messages": messages[:2] + [{"role": "tool", "content": "x"}]}) + "\n")
+    with pytest.raises(ValueError, match=r"conversations\.jsonl:1"):
+        conversation_demonstrations(str(path), renderer)
+
+
+def test_greedy_accuracy_and_pass_at_k_by_level(tiny_setup):
+    tasks = tiny_setup["source"].tasks("validation")[:6]
+    greedy = evaluate_policy(tiny_setup["policy"], tiny_setup["env"], tasks, greedy=True)
+    sampled = evaluate_policy(tiny_setup["policy"], tiny_setup["env"], tasks, greedy=False, k=2)
+    assert set(greedy) >= {"accuracy"} and set(sampled) >= {"pass@2"}
+    levels = {t.difficulty for t in tasks}
+    assert {f"pass@2/level_{lv}" for lv in levels} <= set(sampled)
+    assert all(0.0 <= v <= 1.0 for v in list(greedy.values()) + list(sampled.values()))
+    assert np.isfinite(sampled["pass@2"])
