@@ -346,6 +346,12 @@ class EntropyBranch(_TreeAllocator):
         return self._fill([(t, n) for _, t, n in scored], budget)
 
 
+def _new_success(tree: RolloutTree, node_id: int, new_leaves: list[int]) -> float:
+    """Mean success of the given new leaves that descend from node_id."""
+    below = [leaf for leaf in new_leaves if node_id in {n.id for n in tree.path(leaf)}]
+    return float(np.mean([tree.nodes[leaf].success for leaf in below])) if below else float("nan")
+
+
 @register("trace")
 class TRACE(Allocator):
     """Stage 1: roots by the predicted chance of mixed outcomes; stage 2: prefixes by the chance a
@@ -368,9 +374,12 @@ class TRACE(Allocator):
                                  max_items=b.prompts)
         else:
             m = solvers.root_greedy(v, b.root_budget, m_min=b.m_min, m_max=b.m_max, max_items=b.prompts)
-        engine.expand(candidates, [(i, 0, int(k)) for i, k in enumerate(m) if k > 0])
+        bare = engine.expand(candidates, [(i, 0, int(k)) for i, k in enumerate(m) if k > 0])
         trees = [t for t, k in zip(candidates, m) if k > 0]
-        predicted = [(float(p), t, 0) for p, t, k in zip(v, candidates, m) if k > 0]
+        # (prediction, outcome) pairs, the outcome being the mean success of the continuations sampled
+        # because of that prediction (not of leaves seen before it was made)
+        outcomes = [(float(v[i]), _new_success(candidates[i], 0, [leaf for t, leaf in bare if t == i]))
+                    for i in np.flatnonzero(m)]
         remaining = b.rollouts - int(m.sum())
         for r in range(b.rounds):
             round_budget = remaining / (b.rounds - r)
@@ -388,16 +397,15 @@ class TRACE(Allocator):
                 cost = np.ones(len(nodes))
             k = solvers.prefix_greedy(q, cost, round_budget)
             anchors = [(i, j, int(kk)) for (i, j), kk in zip(points, k) if kk > 0]
-            predicted += [(float(p), t, n.id) for p, (t, n), kk in zip(u, nodes, k) if kk > 0]
             remaining -= float(np.sum(k * cost))
-            engine.expand(trees, anchors)
+            new = engine.expand(trees, anchors)
+            outcomes += [(float(p), _new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
+                         for p, (i, j), kk in zip(u, points, k) if kk > 0]
         leftover = int(np.floor(remaining + 1e-9)) if b.unit == "rollouts" else 0
         if leftover > 0:
             engine.expand(trees, [(i, 0, kk) for i, kk in enumerate(spread(leftover, len(trees))) if kk])
-        # calibration of the predictions made above, against the outcomes seen since
-        pred = np.array([p for p, _, _ in predicted])
-        outcome = np.array([t.values()[0][node] for _, t, node in predicted])
-        stats = {f"predictor_{k}": v for k, v in calibration(pred, outcome).items()}
+        pred = np.array([p for p, _ in outcomes])
+        stats = {f"predictor_{k}": v for k, v in calibration(pred, np.array([o for _, o in outcomes])).items()}
         stats["predictor_loss"] = self.predictor.update(trees)
         return StepOutcome(trees, stats)
 
