@@ -2,8 +2,13 @@
 optionally join a multi-host run, call one `trace_jax.train` entry point, print its JSON summary."""
 
 import json
+import os
+import sys
 
 from absl import app, flags, logging
+
+# configs/*.py may build on each other (`from configs import quickstart`): make the repo root importable.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS

@@ -53,3 +53,18 @@ def test_evaluate_without_checkpoint_fails_fast(tmp_path):
     from trace_jax.checkpointing import CheckpointError
     with pytest.raises(CheckpointError, match="does not exist"):
         train.evaluate(quickstart.get_config("runlocal"), str(tmp_path / "empty"))
+
+
+def test_launcher_loads_derived_configs_and_fails_fast_without_checkpoint(tmp_path):
+    """configs/*_tiny.py import configs.quickstart: the launcher must make that importable from any cwd."""
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run([sys.executable, os.path.join(repo, "experiments", "evaluate.py"), "--config",
+                             os.path.join(repo, "configs", "funcall_tiny.py"), "--workdir", str(tmp_path / "none")],
+                            cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "CheckpointError" in result.stderr and "does not exist" in result.stderr
+    assert "ModuleNotFoundError" not in result.stderr
