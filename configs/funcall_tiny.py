@@ -2,7 +2,7 @@
 
   python experiments/train.py --config configs/funcall_tiny.py --workdir /tmp/funcall_tiny
 
-Expected runtime: about 3-5 minutes on a 2-core CPU.
+Runtime and results: see `multihop_tiny.py`.
 """
 
 from configs import multihop_tiny

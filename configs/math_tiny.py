@@ -2,7 +2,7 @@
 
   python experiments/train.py --config configs/math_tiny.py --workdir /tmp/math_tiny
 
-Expected runtime: about 3-5 minutes on a 2-core CPU.
+Runtime and results: see `multihop_tiny.py`.
 """
 
 from configs import multihop_tiny

@@ -2,14 +2,19 @@
 
   python experiments/train.py --config configs/multihop_tiny.py --workdir /tmp/multihop_tiny
 
-Expected runtime: about 3-5 minutes on a 2-core CPU (SFT, RL, two evaluations).
-`math_tiny.py` and `funcall_tiny.py` are the same on the other task sources.
+Pipeline runs on each task source with the `tiny` model (139k params): they exercise every stage,
+they are not tuned for accuracy. `math_tiny.py` and `funcall_tiny.py` are the same on the other
+sources. Measured on a 2-core CPU (one run each): math_tiny 163 s, held-out 0.255 after SFT and
+0.240 after RL; funcall_tiny 298 s with sft.max_len=512, where 1769 of 2000 demonstrations (mean
+602 tokens: the prompt lists every function's JSON schema) were truncated and accuracy stayed 0;
+it now uses sft.max_len=1024 (not yet re-measured).
 """
 
 from configs import quickstart
 
 _PER_SOURCE = {"multihop": dict(max_difficulty=2, max_turns=5), "math": dict(max_difficulty=3, max_turns=6),
                "funcall": dict(max_difficulty=0, max_turns=6)}
+_SFT_MAX_LEN = {"multihop": 512, "math": 512, "funcall": 1024}
 
 
 def get_config(arg: str | None = None, source: str = "multihop"):
@@ -18,5 +23,6 @@ def get_config(arg: str | None = None, source: str = "multihop"):
     c.task.source = source
     c.task.update(_PER_SOURCE[source])
     c.sft.steps = min(c.sft.steps, 400)
+    c.sft.max_len = _SFT_MAX_LEN[source]
     c.rl.steps = min(c.rl.steps, 30)
     return c
