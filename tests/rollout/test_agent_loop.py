@@ -41,10 +41,17 @@ def test_trees_are_well_formed_and_forks_continue_the_right_prefix(tiny_setup):
 
 
 def test_branch_episodes_are_independent(tiny_setup):
+    """Each boundary keeps a forked episode that has taken exactly the turns on its own path: branches
+    sharing one episode object would have counted each other's turns."""
     engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=4)
     trees = engine.roots(tiny_setup["source"].tasks("train")[:1])
     engine.expand(trees, [(0, 0, 3)])
-    turns = [len(trees[0].path(leaf.id)) - 1 for leaf in trees[0].leaves()]
-    for leaf in trees[0].leaves():  # each leaf's episode history is its own path only
-        assert len(trees[0].path(leaf.id)) - 1 == turns[trees[0].leaves().index(leaf)]
-    assert trees[0].root.episode.turns == 0
+    tree = trees[0]
+    engine.expand(trees, [(0, n.id, 2) for n in tree.nodes[1:] if not n.terminal])
+    assert tree.root.episode.turns == 0
+    boundaries = [n for n in tree.nodes[1:] if not n.terminal]
+    assert boundaries
+    for node in boundaries:
+        assert node.episode.turns == node.depth == len(tree.path(node.id)) - 1
+        assert [text for text, _ in node.episode.history] == \
+            [tiny_setup["policy"].renderer.decode_turn(n.tokens) for n in tree.path(node.id)[1:]]
