@@ -17,12 +17,17 @@ _PER_SOURCE = {"multihop": dict(max_difficulty=2, max_turns=5), "math": dict(max
 _SFT_MAX_LEN = {"multihop": 512, "math": 512, "funcall": 1024}
 
 
-def get_config(arg: str | None = None, source: str = "multihop"):
-    c = quickstart.get_config(arg)
-    c.model.preset = "tiny"
+def use_source(c, source: str):
+    """Points a quickstart-shaped config at another task source, with that source's episode limits."""
     c.task.source = source
     c.task.update(_PER_SOURCE[source])
-    c.sft.steps = min(c.sft.steps, 400)
     c.sft.max_len = _SFT_MAX_LEN[source]
+    return c
+
+
+def get_config(arg: str | None = None, source: str = "multihop"):
+    c = use_source(quickstart.get_config(arg), source)
+    c.model.preset = "tiny"
+    c.sft.steps = min(c.sft.steps, 400)
     c.rl.steps = min(c.rl.steps, 30)
     return c

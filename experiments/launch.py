@@ -1,4 +1,4 @@
-"""Shared flags and start-up of the launchers (`train.py`, `sft.py`, `evaluate.py`): parse the config,
+"""Shared flags and start-up of the launchers (`train.py`, `sft.py`, `evaluate.py`, `compare.py`): parse the config,
 optionally join a multi-host run, call one `trace_jax.train` entry point, print its JSON summary."""
 
 import json
@@ -19,7 +19,8 @@ flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (mult
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def run(entry_point: str) -> None:
+def run(entry_point) -> None:
+    """entry_point: the name of a `trace_jax.train` function, or a callable (config, workdir) -> dict."""
     def main(argv):
         del argv
         logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
@@ -27,7 +28,8 @@ def run(entry_point: str) -> None:
         if FLAGS.distributed:
             jax.distributed.initialize()
         from trace_jax import train
-        summary = getattr(train, entry_point)(FLAGS.config, FLAGS.workdir)
+        call = getattr(train, entry_point) if isinstance(entry_point, str) else entry_point
+        summary = call(FLAGS.config, FLAGS.workdir)
         if jax.process_index() == 0:
             print(json.dumps(summary))
 

@@ -12,7 +12,7 @@ import jax
 
 from trace_jax.allocation.predictor import PredictorConfig
 from trace_jax.allocation.strategies import REGISTRY as ALLOCATORS
-from trace_jax.allocation.strategies import BudgetConfig
+from trace_jax.allocation.strategies import TRACE_STAGES, BudgetConfig
 from trace_jax.envs import SOURCES
 from trace_jax.models.presets import PRESETS
 from trace_jax.rl.advantages import ESTIMATORS, AdvantageConfig
@@ -132,9 +132,17 @@ class MeshSection:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AllocatorSection:
-    """Attributes: name: a registered allocator."""
+    """Attributes:
+      name: a registered allocator.
+      stages: trace only: "both", "roots" (stage 1 only) or "prefixes" (uniform roots, stage 2).
+    """
 
     name: str = "trace"
+    stages: str = "both"
+
+    def __post_init__(self):
+        if self.stages not in TRACE_STAGES:
+            raise ValueError(f"stages must be one of {TRACE_STAGES}, got {self.stages!r}")
 
 
 _SECTIONS = {"model": ModelSection, "task": TaskSection, "sft": SFTSection, "rl": RLSection,
@@ -202,6 +210,9 @@ def _check_consistency(run: RunConfig) -> None:
     if run.allocator.name not in ALLOCATORS:
         raise ConfigError(f"config field 'allocator.name': unknown allocator {run.allocator.name!r}; "
                           f"registered {sorted(ALLOCATORS)}")
+    if run.allocator.stages != "both" and run.allocator.name != "trace":
+        raise ConfigError(f"config field 'allocator.stages'={run.allocator.stages!r} only applies to the trace "
+                          f"allocator, not {run.allocator.name!r}")
     if run.advantage.name not in ESTIMATORS:
         raise ConfigError(f"config field 'advantage.name': unknown estimator {run.advantage.name!r}")
     if run.loss.name not in LOSSES:

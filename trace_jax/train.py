@@ -218,7 +218,7 @@ def _pool(tasks, position: int, size: int, seed: int):
 
 def _make_allocator(setup: Setup):
     run = setup.run
-    extra = {"predictor": run.predictor} if run.allocator.name == "trace" else {}
+    extra = {"predictor": run.predictor, "stages": run.allocator.stages} if run.allocator.name == "trace" else {}
     return strategies.make(run.allocator.name, run.budget, seed=run.seed,
                            feature_dim=setup.model_config.hidden_size + NUM_SCALARS, **extra)
 
@@ -235,8 +235,11 @@ def _restore(setup: Setup, ckpt: Checkpointer, allocator, optimizer):
     return arrays["params"], arrays["opt_state"], record
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
-    """SFT warm start (or restore), evaluation, the RL loop with checkpoints, evaluation, HF export."""
+def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -> dict:
+    """SFT warm start (or restore), evaluation, the RL loop with checkpoints, evaluation, HF export.
+
+    `after_sft`: the held-out result of the SFT checkpoint when the caller already measured it (a
+    comparison sharing one SFT checkpoint across runs); it is then not re-evaluated."""
     t0 = time.time()
     banner("setup")
     setup = build(config, workdir)
@@ -251,8 +254,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     if ckpt.latest_step() is None:
         banner("supervised warm start")
         params = _sft(setup, workdir, writer)
-        banner("evaluate after SFT")
-        after_sft = held_out(setup, params)
+        if after_sft is None:
+            banner("evaluate after SFT")
+            after_sft = held_out(setup, params)
         log(f"held-out after SFT: {after_sft}")
         writer.write(0, after_sft, prefix="eval/")
         opt_state = optimizer.init(params)
@@ -297,6 +301,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
             metrics.update({f"ledger/{k}": v for k, v in engine.ledger.as_dict().items()})
             metrics.update(outcome.stats)
             metrics["reward"] = float(np.mean([leaf.reward for leaf in leaves])) if leaves else 0.0
+            # rollouts that landed in a tree with both outcomes, per rollout bought (discarded ones included)
+            metrics["useful_rollout_share"] = sum(len(t.leaves()) for t in outcome.trees if t.is_mixed()) / max(
+                engine.ledger.rollouts_started, 1)
             metrics["trees"] = len(outcome.trees)
             metrics["rollout_s"] = rollout_s
             metrics["step_s"] = time.time() - step_t0

@@ -49,3 +49,16 @@ def test_state_round_trip():
     a.fit(x, (x[:, 0] > 0).astype(np.float32), np.ones(50, np.float32))
     b.load_state(a.state())
     np.testing.assert_allclose(a.predict(x), b.predict(x))
+
+
+@pytest.mark.parametrize("features,ignored", [("scalars", slice(0, 32)), ("hidden", slice(32, 35))])
+def test_featurizer_variants_see_only_their_columns(features, ignored):
+    from trace_jax.allocation.predictor import PredictorConfig
+    rng = np.random.default_rng(0)
+    predictor = SuccessPredictor(35, PredictorConfig(features=features))
+    x = rng.normal(size=(64, 35)).astype(np.float32)
+    predictor.fit(x, (x[:, 33] > 0).astype(np.float32), np.ones(64, np.float32))  # non-trivial weights
+    changed = x.copy()
+    changed[:, ignored] = rng.normal(size=changed[:, ignored].shape)
+    np.testing.assert_array_equal(predictor.predict(changed), predictor.predict(x))
+    assert not np.allclose(predictor.predict(x), predictor.predict(x + 1.0))

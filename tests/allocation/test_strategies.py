@@ -84,3 +84,27 @@ def test_bad_budget_names_the_field(bad, field):
 def test_unknown_allocator_is_named():
     with pytest.raises(KeyError, match="nope"):
         strategies.make("nope", BUDGET)
+
+
+def test_trace_stage1_only_spends_everything_at_the_roots(tiny_setup):
+    config = tiny_setup["config"]
+    alloc = strategies.make("trace", BUDGET, feature_dim=config.hidden_size + NUM_SCALARS, stages="roots")
+    engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=0)
+    outcome = alloc.step(engine, tiny_setup["source"].tasks("train")[: alloc.pool_size])
+    assert engine.ledger.rollouts_started == BUDGET.rollouts == outcome.stats["budget_spent"]
+    assert sum(len(t.root.children) for t in outcome.trees) == BUDGET.rollouts  # no prefix was branched
+    assert all(len(n.children) <= 1 for t in outcome.trees for n in t.nodes[1:])
+
+
+def test_trace_stage2_only_takes_uniform_roots_then_branches(tiny_setup):
+    config = tiny_setup["config"]
+    alloc = strategies.make("trace", BUDGET, feature_dim=config.hidden_size + NUM_SCALARS, stages="prefixes")
+    engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=0)
+    pool = tiny_setup["source"].tasks("train")[: alloc.pool_size]
+    outcome = alloc.step(engine, pool)
+    assert [t.task.id for t in outcome.trees] == [t.id for t in pool[: BUDGET.prompts]]
+    assert engine.ledger.rollouts_started == BUDGET.rollouts
+    first_chains = [sum(1 for c in t.root.children) for t in outcome.trees]
+    assert sum(first_chains) >= BUDGET.root_budget  # roots got spread(root_budget, B) (+ any leftover)
+    with pytest.raises(ValueError, match="stages"):
+        strategies.make("trace", BUDGET, feature_dim=config.hidden_size + NUM_SCALARS, stages="neither")

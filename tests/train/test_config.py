@@ -30,6 +30,9 @@ def _bad(update):
     ({"task.source": "chess"}, "task.source"),
     ({"mesh.data": 64}, "mesh"),
     ({"eval.split": "dev"}, "eval.split"),
+    ({"allocator.stages": "roots", "allocator.name": "grpo"}, "allocator.stages"),
+    ({"allocator.stages": "all"}, "allocator"),
+    ({"predictor.features": "tokens"}, "predictor"),
 ])
 def test_bad_fields_are_named(update, culprit):
     with pytest.raises(ConfigError, match=culprit.replace(".", r"\.")):

@@ -22,6 +22,7 @@ from flax import nnx
 from trace_jax.rollout.tree import Node, RolloutTree
 
 NUM_SCALARS = 3
+FEATURES = ("hidden+scalars", "hidden", "scalars")  # featurizer variants (columns of `featurize`)
 _BATCH = 256  # training/prediction rows are padded to multiples of this (one compiled shape)
 
 
@@ -31,7 +32,7 @@ def scalar_features(node: Node) -> np.ndarray:
 
 
 def featurize(tree: RolloutTree, node: Node) -> np.ndarray:
-    """[D + 3] features of the prefix ending at this node's boundary."""
+    """[D + 3] features of the prefix ending at this node's boundary (hidden state, then scalars)."""
     if node.hidden is None:
         raise ValueError(f"node {node.id} of task {tree.task.id} has no hidden state (not an anchor)")
     return np.concatenate([np.asarray(node.hidden, np.float32), scalar_features(node)])
@@ -55,6 +56,8 @@ class PredictorConfig:
       epochs: passes over the replay buffer per update.
       replay_steps: how many recent steps' targets to keep.
       weight_cap: cap on the leaf-count weight n_y of a target.
+      features: which columns of `featurize` the MLP sees: "hidden+scalars" (default), "hidden"
+        (the policy's hidden state alone) or "scalars" (turn index, tool calls, prefix length alone).
     """
 
     width: int = 128
@@ -62,6 +65,18 @@ class PredictorConfig:
     epochs: int = 4
     replay_steps: int = 4
     weight_cap: float = 8.0
+    features: str = "hidden+scalars"
+
+    def __post_init__(self):
+        if self.features not in FEATURES:
+            raise ValueError(f"predictor.features must be one of {FEATURES}, got {self.features!r}")
+
+
+def feature_columns(features: str, num_features: int) -> np.ndarray:
+    """Indices into a `featurize` row [hidden (num_features - NUM_SCALARS), scalars (NUM_SCALARS)]."""
+    hidden = np.arange(num_features - NUM_SCALARS)
+    scalars = np.arange(num_features - NUM_SCALARS, num_features)
+    return {"hidden+scalars": np.arange(num_features), "hidden": hidden, "scalars": scalars}[features]
 
 
 def _pad(x: np.ndarray, rows: int) -> np.ndarray:
@@ -71,11 +86,13 @@ def _pad(x: np.ndarray, rows: int) -> np.ndarray:
 
 
 class SuccessPredictor:
-    """Host wrapper: `predict(features)`, `update(trees)`, checkpointable `state()`."""
+    """Host wrapper: `predict(features)`, `update(trees)`, checkpointable `state()`. `features` rows
+    are full `featurize` rows; the config's featurizer variant picks the columns the MLP sees."""
 
     def __init__(self, num_features: int, config: PredictorConfig = PredictorConfig(), seed: int = 0):
         self.config = config
-        model = MLP(num_features, config.width, rngs=nnx.Rngs(seed))
+        self.columns = feature_columns(config.features, num_features)
+        model = MLP(len(self.columns), config.width, rngs=nnx.Rngs(seed))
         self.graphdef, self.params = nnx.split(model, nnx.Param)
         self.params = nnx.to_pure_dict(self.params)
         self.optimizer = optax.adam(config.learning_rate)
@@ -104,6 +121,7 @@ class SuccessPredictor:
         features = np.asarray(features, np.float32)
         if len(features) == 0:
             return np.zeros((0,), np.float32)
+        features = features[:, self.columns]
         rows = -(-len(features) // _BATCH) * _BATCH
         logits = self._logits(self.params, jnp.asarray(_pad(features, rows)))
         return np.asarray(jax.nn.sigmoid(logits))[: len(features)]
@@ -129,7 +147,7 @@ class SuccessPredictor:
             self.buffer = self.buffer[-self.config.replay_steps:]
         if not self.buffer:
             return float("nan")
-        X = np.concatenate([b[0] for b in self.buffer])
+        X = np.concatenate([b[0] for b in self.buffer])[:, self.columns]
         Y = np.concatenate([b[1] for b in self.buffer])
         W = np.concatenate([b[2] for b in self.buffer])
         losses = []

@@ -346,43 +346,62 @@ class EntropyBranch(_TreeAllocator):
         return self._fill([(t, n) for _, t, n in scored], budget)
 
 
-def _new_success(tree: RolloutTree, node_id: int, new_leaves: list[int]) -> float:
+def new_success(tree: RolloutTree, node_id: int, new_leaves: list[int]) -> float:
     """Mean success of the given new leaves that descend from node_id."""
     below = [leaf for leaf in new_leaves if node_id in {n.id for n in tree.path(leaf)}]
     return float(np.mean([tree.nodes[leaf].success for leaf in below])) if below else float("nan")
 
 
+TRACE_STAGES = ("both", "roots", "prefixes")  # ablations: stage 1 + 2, stage 1 only, stage 2 only
+
+
 @register("trace")
 class TRACE(Allocator):
     """Stage 1: roots by the predicted chance of mixed outcomes; stage 2: prefixes by the chance a
-    continuation disagrees with the outcome already seen through them; one shared predictor."""
+    continuation disagrees with the outcome already seen through them; one shared predictor.
+    `stages="roots"` spends the whole budget in stage 1; `stages="prefixes"` takes the pool's first B
+    prompts with uniform root rollouts (as grpo / tree_random do) and keeps stage 2."""
 
     chooses_prompts = True
 
-    def __init__(self, budget, *, seed=0, feature_dim=0, predictor: PredictorConfig = PredictorConfig()):
+    def __init__(self, budget, *, seed=0, feature_dim=0, predictor: PredictorConfig = PredictorConfig(),
+                 stages: str = "both"):
         super().__init__(budget, seed=seed)
         if feature_dim <= NUM_SCALARS:
             raise ValueError("the trace allocator needs feature_dim = model hidden size + scalar features")
+        if stages not in TRACE_STAGES:
+            raise ValueError(f"allocator.stages must be one of {TRACE_STAGES}, got {stages!r}")
+        self.stages = stages
         self.predictor = SuccessPredictor(feature_dim, predictor, seed=seed)
+
+    def _root_counts(self, v: np.ndarray) -> np.ndarray:
+        """Stage 1 (or, for stages="prefixes", uniform roots: the pool's first B prompts)."""
+        b = self.budget
+        if self.stages == "prefixes":
+            m = np.zeros(len(v), int)
+            m[: b.prompts] = spread(b.root_budget, min(b.prompts, len(v)))
+            return m
+        root_budget = b.rollouts if self.stages == "roots" else b.root_budget
+        if b.solver == "dp":
+            return solvers.solve_dp(solvers.root_values(v, b.m_max), root_budget, m_min=b.m_min, m_max=b.m_max,
+                                    max_items=b.prompts)
+        return solvers.root_greedy(v, root_budget, m_min=b.m_min, m_max=b.m_max, max_items=b.prompts)
 
     def step(self, engine, pool):
         b = self.budget
         candidates = engine.roots(pool)
         v = self.predictor.predict(np.stack([featurize(t, t.root) for t in candidates]))
-        if b.solver == "dp":
-            m = solvers.solve_dp(solvers.root_values(v, b.m_max), b.root_budget, m_min=b.m_min, m_max=b.m_max,
-                                 max_items=b.prompts)
-        else:
-            m = solvers.root_greedy(v, b.root_budget, m_min=b.m_min, m_max=b.m_max, max_items=b.prompts)
+        m = self._root_counts(v)
         bare = engine.expand(candidates, [(i, 0, int(k)) for i, k in enumerate(m) if k > 0])
         trees = [t for t, k in zip(candidates, m) if k > 0]
         # (prediction, outcome) pairs, the outcome being the mean success of the continuations sampled
         # because of that prediction (not of leaves seen before it was made)
-        outcomes = [(float(v[i]), _new_success(candidates[i], 0, [leaf for t, leaf in bare if t == i]))
+        outcomes = [(float(v[i]), new_success(candidates[i], 0, [leaf for t, leaf in bare if t == i]))
                     for i in np.flatnonzero(m)]
         remaining = b.rollouts - int(m.sum())
-        for r in range(b.rounds):
-            round_budget = remaining / (b.rounds - r)
+        rounds = 0 if self.stages == "roots" else b.rounds
+        for r in range(rounds):
+            round_budget = remaining / (rounds - r)
             points = branch_points(trees)
             if not points:
                 break
@@ -399,13 +418,14 @@ class TRACE(Allocator):
             anchors = [(i, j, int(kk)) for (i, j), kk in zip(points, k) if kk > 0]
             remaining -= float(np.sum(k * cost))
             new = engine.expand(trees, anchors)
-            outcomes += [(float(p), _new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
+            outcomes += [(float(p), new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
                          for p, (i, j), kk in zip(u, points, k) if kk > 0]
-        leftover = int(np.floor(remaining + 1e-9)) if b.unit == "rollouts" else 0
+        leftover = int(np.floor(remaining + 1e-9))  # whole rollouts (cost 1 in either unit) to the roots
         if leftover > 0:
             engine.expand(trees, [(i, 0, kk) for i, kk in enumerate(spread(leftover, len(trees))) if kk])
         pred = np.array([p for p, _ in outcomes])
         stats = {f"predictor_{k}": v for k, v in calibration(pred, np.array([o for _, o in outcomes])).items()}
+        stats["budget_spent"] = b.rollouts - remaining + leftover  # in budget units (rollout-equivalents)
         stats["predictor_loss"] = self.predictor.update(trees)
         return StepOutcome(trees, stats)
 

@@ -1,0 +1,29 @@
+"""The headline comparison on multi-hop QA: all seven allocators from one SFT checkpoint (the
+quickstart's), 60 RL steps at M=32 rollouts per step, 3 seeds, held-out accuracy every 15 steps.
+
+  python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/compare_multihop
+  python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/compare_local
+
+`:runlocal`: the same SFT checkpoint, 10 RL steps, 100 held-out tasks, a smaller study (~15 min).
+Add `--ablation=stages|unit|lambda_local|featurizer` for TRACE's ablations.
+"""
+
+import ml_collections
+
+from configs import quickstart
+
+ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "tree_random", "entropy_branch", "trace")
+
+
+def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collections.ConfigDict:
+    c = base()
+    c.rl.steps, c.rl.eval_every = 60, 15
+    c.checkpoint.every = 20
+    c.compare = ml_collections.ConfigDict(dict(allocators=ALLOCATORS, seeds=(0, 1, 2), ablation="",
+                                               generalization_steps=8, generalization_prompts=32))
+    if arg and "runlocal" in arg.split(","):
+        c.rl.steps, c.rl.eval_every = 10, 0
+        c.checkpoint.every = 10
+        c.eval.num_tasks = 100
+        c.compare.generalization_steps, c.compare.generalization_prompts = 4, 16
+    return c

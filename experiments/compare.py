@@ -1,0 +1,31 @@
+"""Launcher: every allocator (or one ablation's TRACE variants) from one SFT checkpoint at equal
+budget over several seeds (`trace_jax.compare.runner.run_comparison`).
+
+  python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/compare_multihop
+  python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/compare_local
+  python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/ablate --ablation=stages
+
+Writes results.json, results.md and PNG plots under the workdir; re-running the same command resumes.
+The last line printed is one JSON object: {"heldout_acc": {A: {"mean", "ci95"}}, "effective_ratio": {A: ..},
+"tokens_generated": {A: ..}}.
+"""
+
+from absl import flags
+from launch import FLAGS, run
+
+flags.DEFINE_enum("ablation", None, ["stages", "unit", "lambda_local", "featurizer"],
+                  "Run this ablation's TRACE variants instead of the allocator comparison "
+                  "(overrides config.compare.ablation).")
+flags.DEFINE_list("seeds", None, "RL seeds (overrides config.compare.seeds), e.g. 0,1,2.")
+flags.DEFINE_list("allocators", None, "Allocators of the main comparison (overrides config.compare.allocators).")
+
+
+def compare(config, workdir):
+    from trace_jax.compare.runner import run_comparison
+    return run_comparison(config, workdir, ablation=FLAGS.ablation,
+                          seeds=None if FLAGS.seeds is None else tuple(int(s) for s in FLAGS.seeds),
+                          allocators=None if FLAGS.allocators is None else tuple(FLAGS.allocators))
+
+
+if __name__ == "__main__":
+    run(compare)

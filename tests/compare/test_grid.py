@@ -1,0 +1,63 @@
+"""The comparison grid: its config section, variants and per-run configs, validated before compute."""
+
+import pytest
+
+from configs import compare_multihop
+from trace_jax.compare import grid
+from trace_jax.run_config import ConfigError
+
+
+def test_main_grid_is_every_allocator_times_every_seed():
+    compare, base = grid.split_config(compare_multihop.get_config())
+    runs = grid.validate(base, compare)
+    assert [v.name for v in grid.variants(compare)] == list(grid.ALL_ALLOCATORS)
+    assert len(runs) == 7 * 3
+    assert {(r.allocator.name, r.seed) for _, _, r in runs} == {(a, s) for a in grid.ALL_ALLOCATORS for s in (0, 1, 2)}
+    # everything but the allocator and the seed is shared
+    budgets = {r.budget for _, _, r in runs}
+    assert len(budgets) == 1 and len({r.rl.steps for _, _, r in runs}) == 1
+
+
+@pytest.mark.parametrize("ablation,check", [
+    ("stages", lambda rs: [(r.allocator.name, r.allocator.stages) for r in rs] ==
+     [("grpo", "both"), ("trace", "roots"), ("tree_random", "both"), ("trace", "prefixes"), ("trace", "both")]),
+    ("unit", lambda rs: [r.budget.unit for r in rs] == ["rollouts", "tokens"]),
+    ("lambda_local", lambda rs: [r.advantage.lambda_local for r in rs] == [0.5, 0.0]),
+    ("featurizer", lambda rs: [r.predictor.features for r in rs] == ["hidden+scalars", "hidden", "scalars"]),
+])
+def test_ablation_variants(ablation, check):
+    compare, base = grid.split_config(compare_multihop.get_config())
+    import dataclasses
+    compare = dataclasses.replace(compare, ablation=ablation, seeds=(0,))
+    assert check([r for _, _, r in grid.validate(base, compare)])
+
+
+def test_bad_compare_fields_are_named():
+    c = compare_multihop.get_config()
+    c.compare.seedz = (1,)
+    with pytest.raises(ConfigError, match=r"compare\.seedz"):
+        grid.split_config(c)
+    c = compare_multihop.get_config()
+    c.compare.allocators = ("grpo", "ppo")
+    with pytest.raises(ConfigError, match="ppo"):
+        grid.split_config(c)
+    c = compare_multihop.get_config()
+    c.compare.ablation = "colour"
+    with pytest.raises(ConfigError, match="colour"):
+        grid.split_config(c)
+
+
+def test_a_bad_run_config_names_its_variant():
+    c = compare_multihop.get_config()
+    c.compare.ablation = "featurizer"
+    c.budget.unit = "seconds"
+    compare, base = grid.split_config(c)
+    with pytest.raises(ConfigError, match=r"variant 'trace features=hidden\+scalars', seed 0.*budget"):
+        grid.validate(base, compare)
+
+
+def test_runlocal_variant_is_smaller():
+    small = grid.split_config(compare_multihop.get_config("runlocal"))
+    full = grid.split_config(compare_multihop.get_config())
+    assert small[1]["rl"]["steps"] < full[1]["rl"]["steps"]
+    assert small[0].seeds == full[0].seeds == (0, 1, 2)

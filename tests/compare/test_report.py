@@ -1,0 +1,59 @@
+"""Report arithmetic: Student-t intervals, per-step merging of resumed logs, tables and plots."""
+
+import numpy as np
+import pytest
+
+from trace_jax.compare import report
+
+
+def test_mean_ci95_is_the_student_t_interval():
+    out = report.mean_ci95([0.5, 0.6, 0.7])
+    assert out["mean"] == pytest.approx(0.6)
+    assert out["ci95"] == pytest.approx(4.302652729911275 * 0.1 / np.sqrt(3))
+    assert report.mean_ci95([0.4]) == {"mean": 0.4, "ci95": None}
+    assert report.mean_ci95([]) == {"mean": None, "ci95": None}
+
+
+def test_resumed_logs_merge_per_step_last_wins():
+    merged = report.steps_by_number([{"step": 1, "a": 1.0}, {"step": 2, "a": 2.0}, {"step": 1, "a": 3.0, "b": None}])
+    assert merged == {1: {"step": 1, "a": 3.0}, 2: {"step": 2, "a": 2.0}}
+
+
+def _records(acc_by_step, started=8, tokens=50):
+    out = []
+    for s in (1, 2, 3, 4):
+        out.append({"step": s, "train/ledger/rollouts_started": started, "train/ledger/tokens_generated": tokens,
+                    "train/effective_ratio": 0.25 * s, "train/useful_rollout_share": 0.1,
+                    "train/predictor_brier": 0.2})
+        if s in acc_by_step:
+            out.append({"step": s, "eval/accuracy": acc_by_step[s]})
+    return out
+
+
+def test_run_record_curves_and_aggregate(tmp_path):
+    runs = []
+    for variant, accs in (("grpo", (0.30, 0.32)), ("trace", (0.40, 0.44))):
+        for seed, acc in enumerate(accs):
+            rec = report.run_record(variant, seed, _records({2: acc - 0.05, 4: acc}), 4,
+                                    {"acc_after_rl": acc, "wall_s": 10.0}, 0.2, {"tokens_generated": 200})
+            runs.append(rec)
+    first = runs[0]
+    assert first["eval"] == {"step": [0, 2, 4], "accuracy": [0.2, 0.25, 0.3], "rollouts": [0, 16, 32],
+                             "tokens": [0, 100, 200]}
+    assert first["effective_ratio"] == pytest.approx(0.625)
+    summary = report.aggregate(runs)
+    assert summary["trace"]["final_accuracy"]["mean"] == pytest.approx(0.42)
+    head = report.headline(summary)
+    assert set(head) == {"heldout_acc", "effective_ratio", "tokens_generated"}
+    assert head["heldout_acc"]["grpo"]["mean"] == pytest.approx(0.31)
+    md = report.markdown(summary, title="T", after_sft=0.2, setting="S")
+    assert "| trace | 0.420 ± " in md and "+11.0 pts" in md
+    written = report.plots(runs, str(tmp_path))
+    assert sorted(p.rsplit("/", 1)[1] for p in written) == [
+        "accuracy_vs_rollouts.png", "accuracy_vs_tokens.png", "effective_ratio.png", "predictor_calibration.png"]
+
+
+def test_reliability_bins():
+    centers, observed = report.reliability(np.array([0.05, 0.15, 0.95, 0.9]), np.array([0.0, 1.0, 1.0, 0.0]))
+    np.testing.assert_allclose(centers, [0.1, 0.925])
+    np.testing.assert_allclose(observed, [0.5, 0.5])

@@ -1,0 +1,81 @@
+"""End to end on the tiny preset: one SFT checkpoint shared by every run, a report, the headline
+JSON, resuming without recomputing, and the audit failing loudly on a tampered ledger."""
+
+import json
+import os
+
+import pytest
+
+from configs import compare_multihop
+from trace_jax.compare.audit import BudgetAuditError
+from trace_jax.compare.runner import run_comparison
+
+
+def _config():
+    c = compare_multihop.get_config("runlocal")
+    c.model.preset = "tiny"
+    c.task.num_questions = 300
+    c.sft.steps, c.sft.num_demos = 10, 50
+    c.rl.steps, c.rl.max_new_tokens, c.rl.eval_every = 2, 12, 1
+    c.budget.update(rollouts=8, prompts=2, candidates=4)
+    c.eval.num_tasks = 8
+    c.checkpoint.every = 1
+    c.compare.allocators = ("grpo", "trace")
+    c.compare.seeds = (0, 1)
+    c.compare.generalization_steps, c.compare.generalization_prompts = 1, 4
+    return c
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("compare"))
+    return workdir, run_comparison(_config(), workdir)
+
+
+def test_report_and_headline(compared):
+    workdir, head = compared
+    assert set(head["heldout_acc"]) == {"grpo", "trace"}
+    assert all(set(v) == {"mean", "ci95"} for v in head["heldout_acc"].values())
+    for name in ("results.json", "results.md", "accuracy_vs_rollouts.png", "accuracy_vs_tokens.png",
+                 "effective_ratio.png", "predictor_calibration.png"):
+        assert os.path.getsize(os.path.join(workdir, name)) > 0, name
+    with open(os.path.join(workdir, "results.json")) as f:
+        results = json.load(f)
+    assert [(r["variant"], r["seed"]) for r in results["runs"]] == [("grpo", 0), ("grpo", 1), ("trace", 0),
+                                                                    ("trace", 1)]
+    for r in results["runs"]:
+        assert r["ledger"]["rollouts_started"] == 2 * 8  # steps x M, audited per step
+        assert r["eval"]["step"] == [0, 1, 2] and r["eval"]["rollouts"] == [0, 8, 16]
+        assert r["after_sft"] == results["after_sft"]["accuracy"]  # one shared SFT checkpoint
+    for r in results["runs"]:
+        assert os.path.realpath(os.path.join(workdir, "runs", r["variant"], f"seed{r['seed']}", "sft")) == \
+            os.path.realpath(os.path.join(workdir, "shared", "sft"))
+    # the two seeds of an allocator differ in their rollouts
+    grpo = [r for r in results["runs"] if r["variant"] == "grpo"]
+    assert grpo[0]["per_step"] != grpo[1]["per_step"] or grpo[0]["tokens_generated"] != grpo[1]["tokens_generated"]
+    study = results["generalization"]["table"]
+    assert set(study) == {"seen prompts", "unseen prompts"}
+    assert study["unseen prompts"]["roots"]["beta"]["n"] == 4  # every unseen prompt scored against Beta(1, 1)
+    with open(os.path.join(workdir, "results.md")) as f:
+        assert "| trace |" in f.read()
+
+
+def test_rerun_resumes_from_finished_runs(compared):
+    workdir, head = compared
+    stamp = os.path.getmtime(os.path.join(workdir, "runs", "grpo", "seed0", "metrics.jsonl"))
+    assert run_comparison(_config(), workdir) == head
+    assert os.path.getmtime(os.path.join(workdir, "runs", "grpo", "seed0", "metrics.jsonl")) == stamp
+
+
+def test_a_tampered_ledger_fails_the_audit(compared, tmp_path):
+    workdir, _ = compared
+    path = os.path.join(workdir, "runs", "trace", "seed1", "metrics.jsonl")
+    with open(path) as f:
+        lines = [json.loads(line) for line in f]
+    for line in lines:
+        if line["step"] == 2 and "train/ledger/rollouts_started" in line:
+            line["train/ledger/rollouts_started"] = 9
+    with open(path, "w") as f:
+        f.write("\n".join(json.dumps(line) for line in lines) + "\n")
+    with pytest.raises(BudgetAuditError, match="trace seed 1, step 2"):
+        run_comparison(_config(), workdir)

@@ -1,0 +1,188 @@
+"""The comparison's report: per-run curves from the metrics log, mean and 95% CI over seeds,
+`results.md` and the PNG plots. Pure functions of the run records (no training state)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+
+def mean_ci95(values) -> dict[str, float | None]:
+    """Mean and the half-width of the two-sided 95% Student-t interval (None for one value)."""
+    x = np.asarray([v for v in values if v is not None], np.float64)
+    if len(x) == 0:
+        return {"mean": None, "ci95": None}
+    half = (float(scipy_stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+            if len(x) > 1 else None)
+    return {"mean": float(x.mean()), "ci95": half}
+
+
+def steps_by_number(records: list[dict]) -> dict[int, dict]:
+    """metrics.jsonl lines merged per step (a resumed run re-logs steps after its checkpoint: last wins)."""
+    out: dict[int, dict] = {}
+    for r in records:
+        out.setdefault(r["step"], {}).update({k: v for k, v in r.items() if v is not None})
+    return out
+
+
+def run_record(variant: str, seed: int, records: list[dict], rl_steps: int, summary: dict,
+               after_sft: float, ledger: dict) -> dict:
+    """One run's curves: per-step statistics and held-out accuracy against rollouts and tokens spent."""
+    by_step = steps_by_number(records)
+    train = [by_step[s] for s in range(1, rl_steps + 1)]
+    rollouts = np.cumsum([m["train/ledger/rollouts_started"] for m in train]).tolist()
+    tokens = np.cumsum([m["train/ledger/tokens_generated"] for m in train]).tolist()
+    evals = [(0, after_sft)] + [(s, by_step[s]["eval/accuracy"]) for s in sorted(by_step)
+                                if s > 0 and "eval/accuracy" in by_step[s]]
+    per_step = {key: [m.get(f"train/{key}") for m in train]
+                for key in ("effective_ratio", "useful_rollout_share", "reward", "expanded_mixed_share",
+                            "nonzero_advantage_token_share", "predictor_brier", "predictor_auc", "predictor_ece")}
+    return {
+        "variant": variant, "seed": seed, "final_accuracy": summary["acc_after_rl"], "after_sft": after_sft,
+        "effective_ratio": float(np.mean(per_step["effective_ratio"])),
+        "useful_rollout_share": float(np.mean(per_step["useful_rollout_share"])),
+        "tokens_generated": int(ledger["tokens_generated"]), "ledger": ledger, "wall_s": summary.get("wall_s"),
+        "eval": {"step": [s for s, _ in evals], "accuracy": [a for _, a in evals],
+                 "rollouts": [0 if s == 0 else rollouts[s - 1] for s, _ in evals],
+                 "tokens": [0 if s == 0 else tokens[s - 1] for s, _ in evals]},
+        "per_step": per_step,
+    }
+
+
+def aggregate(runs: list[dict]) -> dict[str, dict]:
+    """variant -> mean/CI of the headline figures over its seeds (variants in first-seen order)."""
+    out: dict[str, dict] = {}
+    for variant in dict.fromkeys(r["variant"] for r in runs):
+        mine = [r for r in runs if r["variant"] == variant]
+        out[variant] = {key: mean_ci95([r[key] for r in mine])
+                        for key in ("final_accuracy", "effective_ratio", "useful_rollout_share", "tokens_generated",
+                                    "wall_s")}
+        out[variant]["seeds"] = [r["seed"] for r in mine]
+        out[variant]["final_accuracy"]["per_seed"] = [r["final_accuracy"] for r in mine]
+    return out
+
+
+def headline(summary: dict[str, dict]) -> dict:
+    """The command's last line: held-out accuracy (mean, ci95), effective ratio and tokens per variant."""
+    return {"heldout_acc": {v: {"mean": s["final_accuracy"]["mean"], "ci95": s["final_accuracy"]["ci95"]}
+                            for v, s in summary.items()},
+            "effective_ratio": {v: s["effective_ratio"]["mean"] for v, s in summary.items()},
+            "tokens_generated": {v: s["tokens_generated"]["mean"] for v, s in summary.items()}}
+
+
+def _pm(stat: dict, fmt: str) -> str:
+    if stat["mean"] is None:
+        return "n/a"
+    return format(stat["mean"], fmt) + ("" if stat["ci95"] is None else " ± " + format(stat["ci95"], fmt))
+
+
+def markdown(summary: dict[str, dict], *, title: str, after_sft: float, setting: str,
+             generalization: dict | None = None, reference: str = "grpo") -> str:
+    lines = [f"# {title}", "", setting, "", f"Held-out accuracy of the shared SFT checkpoint: {after_sft:.3f}.", "",
+             "| allocator | held-out acc (mean ± 95% CI) | vs " + reference + " | per seed | effective ratio | "
+             "useful-rollout share | tokens generated | wall time (s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    ref = summary.get(reference, {}).get("final_accuracy", {}).get("mean")
+    for variant, s in summary.items():
+        acc = s["final_accuracy"]
+        delta = "" if ref is None or variant == reference else f"{100 * (acc['mean'] - ref):+.1f} pts"
+        seeds = " / ".join(f"{a:.3f}" for a in acc["per_seed"])
+        lines.append(f"| {variant} | {_pm(acc, '.3f')} | {delta} | {seeds} | {_pm(s['effective_ratio'], '.3f')} | "
+                     f"{_pm(s['useful_rollout_share'], '.3f')} | {_pm(s['tokens_generated'], '.0f')} | "
+                     f"{_pm(s['wall_s'], '.0f')} |")
+    lines += ["", "Effective ratio: share of a step's trained prompts whose tree has both a success and a failure "
+              "(mean over steps, then seeds). Useful-rollout share: rollouts in such trees per rollout bought, "
+              "discarded ones included (DAPO's filter makes its effective ratio 1 by construction; this one is "
+              "comparable)."]
+    if generalization:
+        lines += ["", "## Predictor generalization (frozen SFT policy, outcomes predicted before they were seen)", "",
+                  f"Trained on {generalization['train_steps']} steps ({generalization['train_prompts']} prompts). "
+                  "Beta = per-prompt Beta(1,1) posterior (MoPPS); a prefix gets its prompt's posterior mean.", "",
+                  "| prompts | anchors | n | AUC predictor | AUC beta | Brier predictor | Brier beta |",
+                  "|---|---|---|---|---|---|---|"]
+        for group, levels in generalization["table"].items():
+            for level, c in levels.items():
+                p, b = c["predictor"], c["beta"]
+                lines.append(f"| {group} | {level} | {p['n']} | {_num(p['auc'])} | {_num(b['auc'])} | "
+                             f"{_num(p['brier'])} | {_num(b['brier'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def _num(x) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.3f}"
+
+
+def plots(runs: list[dict], outdir: str, generalization: dict | None = None) -> list[str]:
+    """PNG files: accuracy vs rollouts and vs tokens, effective ratio per step, trace calibration."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = list(dict.fromkeys(r["variant"] for r in runs))
+    written = []
+
+    def save(fig, name):
+        path = os.path.join(outdir, name)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    for axis, label in (("rollouts", "rollouts spent"), ("tokens", "tokens generated")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for v in variants:
+            mine = [r["eval"] for r in runs if r["variant"] == v]
+            x = np.mean([e[axis] for e in mine], axis=0)
+            acc = np.array([e["accuracy"] for e in mine])
+            err = [mean_ci95(col)["ci95"] or 0.0 for col in acc.T]
+            ax.errorbar(x, acc.mean(0), yerr=err, marker="o", capsize=3, label=v)
+        ax.set_xlabel(label)
+        ax.set_ylabel("held-out accuracy (mean over seeds, 95% CI)")
+        ax.legend(fontsize=7)
+        save(fig, f"accuracy_vs_{axis}.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for v in variants:
+        curves = np.array([r["per_step"]["effective_ratio"] for r in runs if r["variant"] == v], np.float64)
+        mean = curves.mean(0)
+        smooth = np.convolve(mean, np.ones(5) / 5, mode="valid") if len(mean) >= 5 else mean
+        ax.plot(np.arange(len(smooth)) + (len(mean) - len(smooth)) // 2 + 1, smooth, label=v)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("effective ratio (mean over seeds, 5-step moving average)")
+    ax.legend(fontsize=7)
+    save(fig, "effective_ratio.png")
+
+    traced = [r for r in runs if r["per_step"]["predictor_brier"][0] is not None]
+    if traced or generalization:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        for r in traced:
+            for key, style in (("predictor_brier", "-"), ("predictor_auc", "--")):
+                y = np.array([np.nan if x is None else x for x in r["per_step"][key]], np.float64)
+                axes[0].plot(np.arange(1, len(y) + 1), y, style, label=f"{r['variant']} s{r['seed']} "
+                             f"{key.removeprefix('predictor_')}", alpha=0.7)
+        axes[0].set_xlabel("RL step")
+        axes[0].set_title("in-loop Brier (solid) and AUC (dashed)")
+        axes[0].legend(fontsize=6)
+        if generalization:
+            for group, levels in generalization["pairs"].items():
+                for level, d in levels.items():
+                    centers, observed = reliability(np.array(d["predictor"]), np.array(d["outcome"]))
+                    axes[1].plot(centers, observed, marker="o", label=f"{group}, {level}")
+            axes[1].plot([0, 1], [0, 1], "k:", label="perfect")
+            axes[1].set_xlabel("predicted success")
+            axes[1].set_ylabel("observed success")
+            axes[1].set_title("reliability on held-out outcomes (generalization study)")
+            axes[1].legend(fontsize=7)
+        save(fig, "predictor_calibration.png")
+    return written
+
+
+def reliability(predicted: np.ndarray, outcomes: np.ndarray, bins: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Mean prediction and mean outcome per equal-width bin that holds any predictions."""
+    which = np.minimum((predicted * bins).astype(int), bins - 1)
+    used = [b for b in range(bins) if np.any(which == b)]
+    return (np.array([predicted[which == b].mean() for b in used]),
+            np.array([outcomes[which == b].mean() for b in used]))

@@ -1,0 +1,126 @@
+"""`run_comparison`: one shared SFT checkpoint, every (variant, seed) RL run from it at the same
+budget and step count, the budget audit, the generalization study and the report.
+
+Layout under the workdir: `shared/` (tokenizer, SFT checkpoint, its held-out result, the
+generalization study), `runs/<variant>/seed<k>/` (an ordinary training workdir whose `sft` and
+`tokenizer` link to the shared ones, plus `summary.json` once it finished), and the report:
+`results.json`, `results.md`, `*.png`. Re-running the same command resumes: finished runs are read
+back, an interrupted one continues from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+
+import jax
+
+from trace_jax import run_config, train
+from trace_jax.compare import audit, generalization, grid, report
+from trace_jax.metrics import MetricWriter, read_metrics
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name).strip("_")
+
+
+def _cached(path: str, compute):
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    value = compute()
+    if jax.process_index() == 0:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(value, f)
+        os.replace(path + ".tmp", path)
+    return value
+
+
+def _link_shared(shared: str, run_dir: str) -> None:
+    os.makedirs(run_dir, exist_ok=True)
+    for name in ("sft", "tokenizer"):
+        link = os.path.join(run_dir, name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.abspath(os.path.join(shared, name)), link)
+
+
+def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: tuple[int, ...] | None = None,
+                   allocators: tuple[str, ...] | None = None) -> dict:
+    """Runs (or resumes) the comparison; returns the headline dict (also the last line printed)."""
+    t0 = time.time()
+    compare, base = grid.split_config(config)
+    overrides = {k: v for k, v in (("ablation", ablation), ("seeds", seeds), ("allocators", allocators))
+                 if v is not None}
+    try:
+        compare = dataclasses.replace(compare, **overrides)
+    except ValueError as e:
+        raise run_config.ConfigError(f"comparison flags: {e}") from None
+    runs = grid.validate(base, compare)  # every run's config, before any compute
+    base_run = run_config.from_config_dict(base)
+    train.log(f"{len(runs)} runs: {len(grid.variants(compare))} variants x seeds {list(compare.seeds)}, "
+              f"{base_run.rl.steps} steps each at budget {base_run.budget}")
+
+    shared = os.path.join(workdir, "shared")
+    train.banner("shared SFT checkpoint")
+    setup = train.build(base_run, shared)
+    params = train._sft(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
+    after_sft = _cached(os.path.join(shared, "after_sft.json"), lambda: train.held_out(setup, params))
+    train.log(f"held-out after SFT: {after_sft}")
+    study = None
+    if compare.generalization_steps:
+        train.banner("predictor generalization study")
+        study = _cached(os.path.join(shared, "generalization.json"), lambda: generalization.study(
+            setup, params, steps=compare.generalization_steps, prompts=compare.generalization_prompts,
+            seed=base_run.seed, derive_seed=train._seed))
+        for group, levels in study["table"].items():
+            for level, c in levels.items():
+                train.log(f"{group:>15} {level:>8}: AUC predictor {c['predictor']['auc']:.3f} vs beta "
+                          f"{c['beta']['auc']:.3f}; Brier {c['predictor']['brier']:.3f} vs {c['beta']['brier']:.3f}")
+
+    records = []
+    for i, (variant, seed, run) in enumerate(runs):
+        run_dir = os.path.join(workdir, "runs", _slug(variant.name), f"seed{seed}")
+        train.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
+        _link_shared(shared, run_dir)
+        summary_path = os.path.join(run_dir, "summary.json")
+        if os.path.exists(summary_path):
+            with open(summary_path, encoding="utf-8") as f:
+                summary = json.load(f)
+            train.log(f"finished earlier: {summary}")
+        else:
+            summary = train.train_and_evaluate(run, run_dir, after_sft=after_sft)
+            if summary.get("interrupted"):
+                train.log("comparison interrupted; run the same command again to resume")
+                return {"interrupted": True, "finished_runs": i}
+            with open(summary_path, "w", encoding="utf-8") as f:
+                json.dump(summary, f)
+        metrics = read_metrics(run_dir)
+        steps = report.steps_by_number(metrics)
+        ledger = audit.audit(f"{variant.name} seed {seed}", run, [steps[s] for s in range(1, run.rl.steps + 1)
+                                                                    if s in steps])
+        records.append(report.run_record(variant.name, seed, metrics, run.rl.steps, summary,
+                                         after_sft["accuracy"], ledger))
+
+    summary = report.aggregate(records)
+    b = base_run.budget
+    setting = (f"Task {base_run.task.source} (max difficulty {base_run.task.max_difficulty}), model preset "
+               f"{base_run.model.preset}, {base_run.rl.steps} RL steps of M={b.rollouts} rollouts (B={b.prompts} "
+               f"prompts, C={b.candidates} candidates, unit {b.unit}), held-out split {base_run.eval.split} "
+               f"({base_run.eval.num_tasks or 'all'} tasks, greedy), seeds {list(compare.seeds)}; every ledger "
+               f"audited against the budget. Total wall time {time.time() - t0:.0f} s.")
+    title = f"Allocator comparison ({compare.ablation} ablation)" if compare.ablation else "Allocator comparison"
+    reference = next(iter(summary)) if compare.ablation else "grpo"
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
+            json.dump({"setting": setting, "compare": dataclasses.asdict(compare), "after_sft": after_sft,
+                       "summary": summary, "runs": records, "generalization": study}, f, indent=1)
+        with open(os.path.join(workdir, "results.md"), "w", encoding="utf-8") as f:
+            f.write(report.markdown(summary, title=title, after_sft=after_sft["accuracy"], setting=setting,
+                                    generalization=study, reference=reference))
+        for path in report.plots(records, workdir, study):
+            train.log(f"wrote {path}")
+        train.log(f"wrote {os.path.join(workdir, 'results.md')}")
+    return report.headline(summary)
