@@ -4,7 +4,7 @@ quickstart's), 60 RL steps at M=32 rollouts per step, 3 seeds, held-out accuracy
   python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/compare_multihop
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/compare_local
 
-`:runlocal`: the same SFT checkpoint, 10 RL steps, 100 held-out tasks, a smaller study (~15 min).
+`:runlocal`: the same SFT checkpoint, 5 RL steps, 100 held-out tasks, a smaller study (~15 min).
 Add `--ablation=stages|unit|lambda_local|featurizer` for TRACE's ablations.
 """
 
@@ -19,11 +19,14 @@ def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collect
     c = base()
     c.rl.steps, c.rl.eval_every = 60, 15
     c.checkpoint.every = 20
+    # More passes over the replay buffer than the quickstart's 4: fitted offline on 160 prompts' rollouts of
+    # the SFT policy, held-out prompt AUC rose from 0.59 (4 epochs) to 0.62 (16) and 0.64 (30), mean of 3 seeds.
+    c.predictor.epochs = 16
     c.compare = ml_collections.ConfigDict(dict(allocators=ALLOCATORS, seeds=(0, 1, 2), ablation="",
                                                generalization_steps=8, generalization_prompts=32))
     if arg and "runlocal" in arg.split(","):
-        c.rl.steps, c.rl.eval_every = 10, 0
-        c.checkpoint.every = 10
+        c.rl.steps, c.rl.eval_every = 5, 0
+        c.checkpoint.every = 5
         c.eval.num_tasks = 100
         c.compare.generalization_steps, c.compare.generalization_prompts = 4, 16
     return c
