@@ -64,6 +64,8 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
               f"{base_run.rl.steps} steps each at budget {base_run.budget}")
 
     shared = os.path.join(workdir, "shared")
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", os.path.join(shared, "jax_cache"))
     train.banner("shared SFT checkpoint")
     setup = train.build(base_run, shared)
     params = train._sft(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
@@ -92,6 +94,10 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
             train.log(f"finished earlier: {summary}")
         else:
             summary = train.train_and_evaluate(run, run_dir, after_sft=after_sft)
+            # Each run jits fresh closures; without this, a long comparison accumulates compiled
+            # executables until XLA's CPU compiler cannot map more memory. The persistent cache
+            # makes the recompiles cheap.
+            jax.clear_caches()
             if summary.get("interrupted"):
                 train.log("comparison interrupted; run the same command again to resume")
                 return {"interrupted": True, "finished_runs": i}
@@ -109,8 +115,10 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
     setting = (f"Task {base_run.task.source} (max difficulty {base_run.task.max_difficulty}), model preset "
                f"{base_run.model.preset}, {base_run.rl.steps} RL steps of M={b.rollouts} rollouts (B={b.prompts} "
                f"prompts, C={b.candidates} candidates, unit {b.unit}), held-out split {base_run.eval.split} "
-               f"({base_run.eval.num_tasks or 'all'} tasks, greedy), seeds {list(compare.seeds)}; every ledger "
-               f"audited against the budget. Total wall time {time.time() - t0:.0f} s.")
+               f"({len(train._eval_tasks(setup))} tasks, greedy), seeds {list(compare.seeds)}; every ledger "
+               f"audited against the budget. Wall time of the runs, summed: "
+               f"{sum(r['wall_s'] or 0 for r in records):.0f} s (this invocation: {time.time() - t0:.0f} s; a run's "
+               f"wall time covers RL and its evaluations, the first run in a process also compiles).")
     title = f"Allocator comparison ({compare.ablation} ablation)" if compare.ablation else "Allocator comparison"
     reference = next(iter(summary)) if compare.ablation else "grpo"
     if jax.process_index() == 0:
