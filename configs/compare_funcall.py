@@ -4,7 +4,8 @@ are slower: 40 RL steps instead of 60).
 
   python experiments/compare.py --config configs/compare_funcall.py --workdir /tmp/compare_funcall
 
-See compare_multihop.py for `:runlocal` and the ablation flags.
+See compare_multihop.py for `:runlocal` and the ablation flags. Not yet measured on the 2-core CPU
+(neither `:runlocal` nor the full comparison).
 """
 
 from configs import compare_multihop, multihop_tiny, quickstart
