@@ -79,3 +79,16 @@ def test_a_tampered_ledger_fails_the_audit(compared, tmp_path):
         f.write("\n".join(json.dumps(line) for line in lines) + "\n")
     with pytest.raises(BudgetAuditError, match="trace seed 1, step 2"):
         run_comparison(_config(), workdir)
+
+
+def test_a_stored_result_is_reused_only_under_the_settings_it_ran_under(tmp_path):
+    from trace_jax.compare.runner import _cached
+    path, calls = str(tmp_path / "after_sft.json"), []
+
+    def compute(value):
+        return lambda: calls.append(value) or {"accuracy": value}
+
+    assert _cached(path, {"num_tasks": 60}, compute(0.5)) == {"accuracy": 0.5}
+    assert _cached(path, {"num_tasks": 60}, compute(0.9)) == {"accuracy": 0.5}  # read back
+    assert _cached(path, {"num_tasks": 123}, compute(0.4)) == {"accuracy": 0.4}  # other settings: redone
+    assert calls == [0.5, 0.4]
