@@ -30,6 +30,7 @@ def _slug(name: str) -> str:
 def _cached(path: str, key: dict, compute):
     """`compute()`, stored at `path` with the settings `key` it ran under; a stored value computed
     under other settings (say a `:runlocal` evaluation, in the full comparison's workdir) is redone."""
+    key = json.loads(json.dumps(key))  # compared as stored: tuples come back as lists
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             stored = json.load(f)
@@ -83,7 +84,9 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
     if compare.generalization_steps:
         train.banner("predictor generalization study")
         study_key = dict(steps=compare.generalization_steps, prompts=compare.generalization_prompts,
-                         seed=base_run.seed)
+                         seed=base_run.seed, budget=dataclasses.asdict(base_run.budget),
+                         predictor=dataclasses.asdict(base_run.predictor),
+                         sampling=[base_run.rl.temperature, base_run.rl.top_p, base_run.rl.max_new_tokens])
         study = _cached(os.path.join(shared, "generalization.json"), study_key, lambda: generalization.study(
             setup, params, steps=compare.generalization_steps, prompts=compare.generalization_prompts,
             seed=base_run.seed, derive_seed=train._seed))
