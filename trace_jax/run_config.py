@@ -5,6 +5,7 @@ paths that do not exist fail here, before compute, with the field named."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any
 
@@ -226,3 +227,34 @@ def _check_consistency(run: RunConfig) -> None:
     if devices > jax.device_count():
         raise ConfigError(f"config field 'mesh': data x fsdp x tensor = {devices} devices, but only "
                           f"{jax.device_count()} are available")
+
+
+# What a checkpoint's weights depend on. An SFT checkpoint: the model, the task and the SFT recipe
+# (not the RL seed: every run of a comparison restores one SFT checkpoint). An RL checkpoint: every
+# field except those a resumed run may change (train longer, evaluate differently, another mesh).
+SFT_SETTINGS = ("model", "task", "sft")
+RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "eval", "checkpoint", "mesh")
+
+
+def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """`{"section.field": value}` for the given sections (all fields and the seed when None), as JSON
+    would store it, so a stored copy compares equal."""
+    flat = {"seed": run.seed} if sections is None else {}
+    for name in sections or _SECTIONS:
+        for field, value in dataclasses.asdict(getattr(run, name)).items():
+            flat[f"{name}.{field}"] = value
+    return json.loads(json.dumps(flat))
+
+
+def require_same_settings(what: str, stored: dict[str, Any] | None, current: dict[str, Any],
+                          ignore: tuple[str, ...] = ()) -> None:
+    """Raises ConfigError naming every field where `current` differs from the settings `what` was
+    made under (`stored`; None: made before settings were recorded, not checked)."""
+    if stored is None:
+        return
+    skip = lambda key: any(key == i or key.startswith(i + ".") for i in ignore)  # noqa: E731
+    differ = [f"{k}: {stored.get(k)!r} there, {current.get(k)!r} now" for k in sorted(set(stored) | set(current))
+              if not skip(k) and stored.get(k) != current.get(k)]
+    if differ:
+        raise ConfigError(f"{what} was made under other settings ({'; '.join(differ)}); use another workdir, "
+                          "or delete it to start over")

@@ -140,7 +140,10 @@ def _sft(setup: Setup, workdir: str, writer: MetricWriter):
     """Runs (or restores) the supervised warm start; returns params."""
     run = setup.run
     ckpt = Checkpointer(os.path.join(workdir, "sft"), keep=1)
+    sft_settings = run_config.settings(run, run_config.SFT_SETTINGS)
     if ckpt.latest_step() is not None:
+        run_config.require_same_settings(f"the SFT checkpoint {ckpt.directory}",
+                                         ckpt.read_record().get("settings"), sft_settings)
         arrays, _ = ckpt.restore({"params": setup.params})
         log(f"restored SFT params from {ckpt.directory}")
         return arrays["params"]
@@ -165,7 +168,7 @@ def _sft(setup: Setup, workdir: str, writer: MetricWriter):
         if step % 25 == 0 or step == run.sft.steps - 1:
             writer.write(step, metrics, prefix="sft/")
     if run.sft.steps:
-        ckpt.save(run.sft.steps, {"params": params}, {"steps": run.sft.steps})
+        ckpt.save(run.sft.steps, {"params": params}, {"steps": run.sft.steps, "settings": sft_settings})
     return params
 
 
@@ -226,6 +229,8 @@ def _make_allocator(setup: Setup):
 def _restore(setup: Setup, ckpt: Checkpointer, allocator, optimizer):
     """params, optimizer state and allocator state of the latest checkpoint; returns its record."""
     record = ckpt.read_record()
+    run_config.require_same_settings(f"the checkpoint {ckpt.directory}", record.get("settings"),
+                                     run_config.settings(setup.run), ignore=run_config.RESUMABLE_SETTINGS)
     opt_state = optimizer.init(setup.params)
     target = {"params": setup.params, "opt_state": opt_state,
               "allocator": allocator.state_template(record["allocator"])}
@@ -317,7 +322,7 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
             if (step + 1) % run.checkpoint.every == 0 or last or stop.stop:
                 ckpt.save(step + 1, {"params": params, "opt_state": opt_state, "allocator": allocator.state()},
                           {"step": step + 1, "data_position": position, "after_sft": after_sft,
-                           "allocator": allocator.host_state()})
+                           "allocator": allocator.host_state(), "settings": run_config.settings(run)})
             if run.rl.eval_every and (step + 1) % run.rl.eval_every == 0 and not last:
                 writer.write(step + 1, held_out(setup, params), prefix="eval/")
             if stop.stop:

@@ -1,6 +1,7 @@
 """End to end on the tiny preset: one SFT checkpoint shared by every run, a report, the headline
 JSON, resuming without recomputing, and the audit failing loudly on a tampered ledger."""
 
+import glob
 import json
 import os
 
@@ -26,6 +27,11 @@ def _config():
     return c
 
 
+def _run_dir(workdir, variant, seed):
+    (path,) = glob.glob(os.path.join(workdir, "runs", variant, f"seed{seed}-*"))
+    return path
+
+
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("compare"))
@@ -48,7 +54,7 @@ def test_report_and_headline(compared):
         assert r["eval"]["step"] == [0, 1, 2] and r["eval"]["rollouts"] == [0, 8, 16]
         assert r["after_sft"] == results["after_sft"]["accuracy"]  # one shared SFT checkpoint
     for r in results["runs"]:
-        assert os.path.realpath(os.path.join(workdir, "runs", r["variant"], f"seed{r['seed']}", "sft")) == \
+        assert os.path.realpath(os.path.join(_run_dir(workdir, r["variant"], r["seed"]), "sft")) == \
             os.path.realpath(os.path.join(workdir, "shared", "sft"))
     # the two seeds of an allocator differ in their rollouts
     grpo = [r for r in results["runs"] if r["variant"] == "grpo"]
@@ -62,14 +68,14 @@ def test_report_and_headline(compared):
 
 def test_rerun_resumes_from_finished_runs(compared):
     workdir, head = compared
-    stamp = os.path.getmtime(os.path.join(workdir, "runs", "grpo", "seed0", "metrics.jsonl"))
+    stamp = os.path.getmtime(os.path.join(_run_dir(workdir, "grpo", 0), "metrics.jsonl"))
     assert run_comparison(_config(), workdir) == head
-    assert os.path.getmtime(os.path.join(workdir, "runs", "grpo", "seed0", "metrics.jsonl")) == stamp
+    assert os.path.getmtime(os.path.join(_run_dir(workdir, "grpo", 0), "metrics.jsonl")) == stamp
 
 
 def test_a_tampered_ledger_fails_the_audit(compared, tmp_path):
     workdir, _ = compared
-    path = os.path.join(workdir, "runs", "trace", "seed1", "metrics.jsonl")
+    path = os.path.join(_run_dir(workdir, "trace", 1), "metrics.jsonl")
     with open(path) as f:
         lines = [json.loads(line) for line in f]
     for line in lines:
@@ -94,3 +100,18 @@ def test_a_stored_result_is_reused_only_under_the_settings_it_ran_under(tmp_path
     assert _cached(path, {"num_tasks": 123, "seeds": (0, 1)}, compute(0.3)) == {"accuracy": 0.3}
     assert _cached(path, {"num_tasks": 123, "seeds": (0, 1)}, compute(0.2)) == {"accuracy": 0.3}  # tuple key
     assert calls == [0.5, 0.4, 0.3]
+
+
+def test_changed_settings_run_beside_the_stored_runs_from_the_same_sft_checkpoint(compared):
+    workdir, _ = compared
+    sft_stamp = os.path.getmtime(os.path.join(workdir, "shared", "sft", "10"))
+    stored = _run_dir(workdir, "grpo", 0)
+    c = _config()
+    c.rl.steps = 1
+    run_comparison(c, workdir, allocators=("grpo",), seeds=(0,))
+    runs = sorted(glob.glob(os.path.join(workdir, "runs", "grpo", "seed0-*")))
+    assert len(runs) == 2 and stored in runs  # the 2-step run is kept, not reported as the 1-step one
+    with open(os.path.join(workdir, "results.json")) as f:
+        (run,) = json.load(f)["runs"]
+    assert run["ledger"]["rollouts_started"] == 8 and run["eval"]["step"] == [0, 1]
+    assert os.path.getmtime(os.path.join(workdir, "shared", "sft", "10")) == sft_stamp

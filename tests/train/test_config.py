@@ -3,7 +3,7 @@
 import pytest
 
 from configs import quickstart
-from trace_jax import train
+from trace_jax import run_config, train
 from trace_jax.run_config import ConfigError, from_config_dict
 
 
@@ -13,7 +13,7 @@ def test_quickstart_config_validates():
     assert from_config_dict(quickstart.get_config("runlocal")).rl.steps == 2
 
 
-def _bad(update):
+def _updated(update):
     c = quickstart.get_config().to_dict()
     for dotted, value in update.items():
         section, key = dotted.split(".")
@@ -36,7 +36,7 @@ def _bad(update):
 ])
 def test_bad_fields_are_named(update, culprit):
     with pytest.raises(ConfigError, match=culprit.replace(".", r"\.")):
-        from_config_dict(_bad(update))
+        from_config_dict(_updated(update))
 
 
 def test_unknown_section_is_named():
@@ -49,7 +49,7 @@ def test_unknown_section_is_named():
 @pytest.mark.parametrize("field", ["model.checkpoint", "model.tokenizer", "sft.data_path"])
 def test_missing_paths_fail_fast(tmp_path, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.") + ".*does not exist"):
-        from_config_dict(_bad({field: str(tmp_path / "nowhere")}))
+        from_config_dict(_updated({field: str(tmp_path / "nowhere")}))
 
 
 def test_evaluate_without_checkpoint_fails_fast(tmp_path):
@@ -71,3 +71,17 @@ def test_launcher_loads_derived_configs_and_fails_fast_without_checkpoint(tmp_pa
     assert result.returncode != 0
     assert "CheckpointError" in result.stderr and "does not exist" in result.stderr
     assert "ModuleNotFoundError" not in result.stderr
+
+
+def test_settings_differences_are_named_and_resumable_fields_ignored():
+    run = run_config.from_config_dict(quickstart.get_config())
+    other = run_config.from_config_dict(_updated({"learner.learning_rate": 0.5, "rl.steps": 7, "mesh.data": 1}))
+    stored, now = run_config.settings(run), run_config.settings(other)
+    with pytest.raises(run_config.ConfigError, match=r"learner.learning_rate: 0.0001 there, 0.5 now") as e:
+        run_config.require_same_settings("ckpt", stored, now)
+    assert "rl.steps: 80 there, 7 now" in str(e.value)
+    run_config.require_same_settings("ckpt", stored, run_config.settings(run_config.from_config_dict(
+        _updated({"rl.steps": 7, "eval.num_tasks": 3}))), ignore=run_config.RESUMABLE_SETTINGS)
+    run_config.require_same_settings("ckpt", None, now)  # made before settings were recorded
+    assert run_config.settings(run, run_config.SFT_SETTINGS).keys() == {
+        k for k in stored if k.split(".")[0] in ("model", "task", "sft")}

@@ -7,17 +7,20 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from configs import quickstart
 from trace_jax import train
+from trace_jax.run_config import ConfigError
 
 OVERRIDES = {"model.preset": "tiny", "rl.steps": 4, "checkpoint.every": 1, "eval.num_tasks": 8, "sft.steps": 10,
              "budget.rollouts": 8, "budget.prompts": 2, "budget.candidates": 4}
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _config():
+def _config(**changes):
     c = quickstart.get_config("runlocal")
-    for dotted, value in OVERRIDES.items():
+    for dotted, value in {**OVERRIDES, **changes}.items():
         section, key = dotted.split(".")
         c[section][key] = value
     return c
@@ -36,10 +39,16 @@ def _train_metrics(workdir):
     return out
 
 
-def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
-    full = tmp_path / "full"
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    full = tmp_path_factory.mktemp("full")
     summary = train.train_and_evaluate(_config(), str(full))
     assert summary["steps"] == 4
+    return full, summary
+
+
+def test_sigkill_then_resume_reproduces_the_uninterrupted_run(finished, tmp_path):
+    full, summary = finished
 
     killed = tmp_path / "killed"
     command = [sys.executable, os.path.join(REPO, "experiments", "train.py"), "--config",
@@ -79,3 +88,14 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["interrupted"] and summary["steps"] < 500
     assert os.path.isdir(workdir / "checkpoints" / str(summary["steps"]))  # saved although every=100
+
+
+def test_a_checkpoint_is_resumed_only_under_the_settings_it_was_made_under(finished):
+    full, summary = finished
+    with pytest.raises(ConfigError, match=r"checkpoints .*learner.learning_rate: 0.0001 there, 0.5 now"):
+        train.train_and_evaluate(_config(**{"learner.learning_rate": 0.5}), str(full))
+    setup = train.build(_config(**{"sft.steps": 11}), str(full))
+    with pytest.raises(ConfigError, match=r"SFT checkpoint .*sft.steps: 10 there, 11 now"):
+        train._sft(setup, str(full), writer=None)
+    # evaluating differently (or on another mesh) is not a different experiment
+    assert train.evaluate(_config(**{"eval.num_tasks": 4}), str(full))["step"] == 4

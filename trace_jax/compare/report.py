@@ -165,7 +165,8 @@ def plots(runs: list[dict], outdir: str, generalization: dict | None = None) -> 
                              f"{key.removeprefix('predictor_')}", alpha=0.7)
         axes[0].set_xlabel("RL step")
         axes[0].set_title("in-loop Brier (solid) and AUC (dashed)")
-        axes[0].legend(fontsize=6)
+        if traced:
+            axes[0].legend(fontsize=6)
         if generalization:
             for group, levels in generalization["pairs"].items():
                 for level, d in levels.items():

@@ -2,8 +2,8 @@
 budget and step count, the budget audit, the generalization study and the report.
 
 Layout under the workdir: `shared/` (tokenizer, SFT checkpoint, its held-out result, the
-generalization study), `runs/<variant>/seed<k>/` (an ordinary training workdir whose `sft` and
-`tokenizer` link to the shared ones, plus `summary.json` once it finished), and the report:
+generalization study), `runs/<variant>/seed<k>-<settings hash>/` (an ordinary training workdir
+whose `sft` and `tokenizer` link to the shared ones, plus `summary.json` once it finished), and the report:
 `results.json`, `results.md`, `*.png`. Re-running the same command resumes: finished runs are read
 back, an interrupted one continues from its last checkpoint.
 """
@@ -11,6 +11,7 @@ back, an interrupted one continues from its last checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -42,6 +43,14 @@ def _cached(path: str, key: dict, compute):
             json.dump({"key": key, "value": value}, f)
         os.replace(path + ".tmp", path)
     return value
+
+
+def _run_dir(workdir: str, variant: str, seed: int, run: run_config.RunConfig) -> str:
+    """`runs/<variant>/seed<k>-<hash of the run's settings>`: a run is read back or resumed only under
+    the settings it ran under, so `:runlocal` and the full comparison can share one workdir (and its
+    SFT checkpoint), and changing a setting reruns instead of reporting a stale result."""
+    digest = hashlib.sha256(json.dumps(run_config.settings(run), sort_keys=True).encode()).hexdigest()[:8]
+    return os.path.join(workdir, "runs", _slug(variant), f"seed{seed}-{digest}")
 
 
 def _link_shared(shared: str, run_dir: str) -> None:
@@ -77,7 +86,9 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
     train.banner("shared SFT checkpoint")
     setup = train.build(base_run, shared)
     params = train._sft(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
-    after_sft = _cached(os.path.join(shared, "after_sft.json"), dataclasses.asdict(base_run.eval),
+    sft_settings = run_config.settings(base_run, run_config.SFT_SETTINGS)
+    after_sft = _cached(os.path.join(shared, "after_sft.json"), dict(eval=dataclasses.asdict(base_run.eval),
+                                                                      sft=sft_settings),
                         lambda: train.held_out(setup, params))
     train.log(f"held-out after SFT: {after_sft}")
     study = None
@@ -86,7 +97,8 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
         study_key = dict(steps=compare.generalization_steps, prompts=compare.generalization_prompts,
                          seed=base_run.seed, budget=dataclasses.asdict(base_run.budget),
                          predictor=dataclasses.asdict(base_run.predictor),
-                         sampling=[base_run.rl.temperature, base_run.rl.top_p, base_run.rl.max_new_tokens])
+                         sampling=[base_run.rl.temperature, base_run.rl.top_p, base_run.rl.max_new_tokens],
+                         sft=sft_settings)
         study = _cached(os.path.join(shared, "generalization.json"), study_key, lambda: generalization.study(
             setup, params, steps=compare.generalization_steps, prompts=compare.generalization_prompts,
             seed=base_run.seed, derive_seed=train._seed))
@@ -97,7 +109,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
 
     records = []
     for i, (variant, seed, run) in enumerate(runs):
-        run_dir = os.path.join(workdir, "runs", _slug(variant.name), f"seed{seed}")
+        run_dir = _run_dir(workdir, variant.name, seed, run)
         train.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
         _link_shared(shared, run_dir)
         summary_path = os.path.join(run_dir, "summary.json")
