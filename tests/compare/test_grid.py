@@ -61,3 +61,18 @@ def test_runlocal_variant_is_smaller():
     full = grid.split_config(compare_multihop.get_config())
     assert small[1]["rl"]["steps"] < full[1]["rl"]["steps"]
     assert small[0].seeds == full[0].seeds == (0, 1, 2)
+
+
+@pytest.mark.parametrize("name,source,steps", [("compare_multihop", "multihop", 60), ("compare_math", "math", 60),
+                                               ("compare_funcall", "funcall", 30)])
+def test_every_domain_config_validates_with_one_shared_sft_recipe(name, source, steps):
+    import importlib
+    module = importlib.import_module(f"configs.{name}")
+    for arg, want_steps in ((None, steps), ("runlocal", 5)):
+        compare, base = grid.split_config(module.get_config(arg))
+        runs = grid.validate(base, compare)
+        assert len(runs) == 21 and {r.task.source for _, _, r in runs} == {source}
+        assert {r.rl.steps for _, _, r in runs} == {want_steps}
+        # :runlocal and the full comparison restore the same SFT checkpoint from one workdir
+        assert len({(r.sft, r.model, r.task) for _, _, r in runs}) == 1
+    assert grid.split_config(module.get_config())[1]["sft"] == grid.split_config(module.get_config("runlocal"))[1]["sft"]
