@@ -8,7 +8,7 @@ tokens, SFT runs 1600 steps and RL 30 steps instead of 60).
 Measured on the 2-core CPU (one run each). SFT: with the other sources' 800 steps the `mini` policy
 solved 1 of 93 test tasks (every RL group all-failure); after 1600 steps 0.333, in 21.6 min while an
 8-minute test run shared the CPU (about 18 min alone). The full comparison: 57.4 min with that SFT
-checkpoint in place (runs summed 3346 s), so about 76-79 min from scratch; at 40 RL steps a run took
+checkpoint in place (runs summed 3346 s), so about 75-79 min from scratch; at 40 RL steps a run took
 238 s, which would have made it about 100 min. `:runlocal` (5 RL steps, 60 test tasks) reuses the
 SFT checkpoint when given the same workdir: 12.9 min (runs summed 716 s). From scratch it also pays
 the SFT, which alone exceeds the ~15 min the other sources' `:runlocal` take.

@@ -75,13 +75,13 @@ def test_launcher_loads_derived_configs_and_fails_fast_without_checkpoint(tmp_pa
 
 def test_settings_differences_are_named_and_resumable_fields_ignored():
     run = run_config.from_config_dict(quickstart.get_config())
-    other = run_config.from_config_dict(_updated({"learner.learning_rate": 0.5, "rl.steps": 7, "mesh.data": 1}))
+    other = run_config.from_config_dict(_updated({"learner.learning_rate": 0.5, "rl.steps": 7}))
     stored, now = run_config.settings(run), run_config.settings(other)
     with pytest.raises(run_config.ConfigError, match=r"learner.learning_rate: 0.0001 there, 0.5 now") as e:
         run_config.require_same_settings("ckpt", stored, now)
     assert "rl.steps: 80 there, 7 now" in str(e.value)
     run_config.require_same_settings("ckpt", stored, run_config.settings(run_config.from_config_dict(
-        _updated({"rl.steps": 7, "eval.num_tasks": 3}))), ignore=run_config.RESUMABLE_SETTINGS)
+        _updated({"rl.steps": 7, "eval.num_tasks": 3, "mesh.data": 2}))), ignore=run_config.RESUMABLE_SETTINGS)
     run_config.require_same_settings("ckpt", None, now)  # made before settings were recorded
     assert run_config.settings(run, run_config.SFT_SETTINGS).keys() == {
         k for k in stored if k.split(".")[0] in ("model", "task", "sft")}
