@@ -5,21 +5,18 @@ tokens, SFT runs 1600 steps and RL 30 steps instead of 60).
   python experiments/compare.py --config configs/compare_funcall.py --workdir /tmp/compare_funcall
   python experiments/compare.py --config configs/compare_funcall.py:runlocal --workdir /tmp/compare_funcall
 
-Measured on the 2-core CPU (one run each). SFT: with the other sources' 800 steps the `mini` policy
-solved 1 of 93 test tasks (every RL group all-failure); after 1600 steps 0.333, in 21.6 min while an
-8-minute test run shared the CPU (about 18 min alone). The full comparison: 57.4 min with that SFT
-checkpoint in place (runs summed 3346 s), so about 75-79 min from scratch; at 40 RL steps a run took
-238 s, which would have made it about 100 min. `:runlocal` (5 RL steps, 60 test tasks) reuses the
-SFT checkpoint when given the same workdir: 12.9 min (runs summed 716 s). From scratch it also pays
-the SFT, which alone exceeds the ~15 min the other sources' `:runlocal` take.
+Expected runtime on a 2-core CPU: about 75-80 min from scratch (the 1600-step SFT about 18 of them);
+`:runlocal` about 13 min when the workdir already holds the SFT checkpoint. Why 1600 SFT steps and
+30 RL steps, and the measurements: README, "The same comparison on function calling".
 """
 
 from configs import compare_multihop, multihop_tiny, quickstart
+from trace_jax.config_files import config_args
 
 
 def get_config(arg: str | None = None):
     c = compare_multihop.get_config(arg, base=lambda: multihop_tiny.use_source(quickstart.get_config(), "funcall"))
     c.sft.steps = 1600
-    if not (arg and "runlocal" in arg.split(",")):
+    if not config_args(arg, flags=("runlocal",), config="configs/compare_funcall.py")["runlocal"]:
         c.rl.steps, c.rl.eval_every = 30, 10
     return c

@@ -3,9 +3,8 @@ math source's episode limits (up to 3 steps, 6 turns) on the same `mini` preset 
 
   python experiments/compare.py --config configs/compare_math.py --workdir /tmp/compare_math
 
-See compare_multihop.py for `:runlocal` and the ablation flags. Measured (2-core CPU, one run
-each, SFT included): the full comparison 50.7 min (other jobs shared the CPU for its first 25
-min), `:runlocal` 18.2 min (with 100 held-out tasks; it now evaluates 60).
+See compare_multihop.py for `:runlocal` and the ablation flags. Expected runtime on a 2-core CPU,
+SFT included: about 50 min; `:runlocal` about 18 min. Measurements: README.
 """
 
 from configs import compare_multihop, multihop_tiny, quickstart

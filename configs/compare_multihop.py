@@ -7,19 +7,20 @@ quickstart's), 60 RL steps at M=32 rollouts per step, 3 seeds, held-out accuracy
 `:runlocal`: the same SFT checkpoint, 5 RL steps, 60 held-out tasks, a smaller study.
 Add `--ablation=stages|unit|lambda_local|featurizer` for TRACE's ablations.
 
-Measured on the 2-core CPU (one run each): the full comparison, 21 runs, 2825 s of run wall time and
-49.7 min over two invocations with the SFT checkpoint copied in (SFT itself: about 5 min); `:runlocal`
-from scratch 12.6 min, SFT included.
+Expected runtime on a 2-core CPU: about 55 min (SFT about 5); `:runlocal` about 13 min from scratch.
+Measurements: README, "Allocator comparison at equal budget".
 """
 
 import ml_collections
 
 from configs import quickstart
+from trace_jax.config_files import config_args
 
 ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "tree_random", "entropy_branch", "trace")
 
 
 def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collections.ConfigDict:
+    runlocal = config_args(arg, flags=("runlocal",), config="the comparison configs")["runlocal"]
     c = base()
     c.rl.steps, c.rl.eval_every = 60, 15
     c.checkpoint.every = 20
@@ -29,7 +30,7 @@ def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collect
     c.predictor.epochs = 16
     c.compare = ml_collections.ConfigDict(dict(allocators=ALLOCATORS, seeds=(0, 1, 2), ablation="",
                                                generalization_steps=8, generalization_prompts=32))
-    if arg and "runlocal" in arg.split(","):
+    if runlocal:
         c.rl.steps, c.rl.eval_every = 5, 0
         c.checkpoint.every = 5
         c.eval.num_tasks = 60

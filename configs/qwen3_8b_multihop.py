@@ -7,27 +7,21 @@ The checkpoint is a local HF directory (config.json, *.safetensors, tokenizer fi
 downloaded. Add `--distributed` on multi-host TPU/GPU pods. Expected runtime: hours on 8 H100s.
 """
 
-from configs import quickstart
-
-
-def _arg(arg: str | None, key: str, default: str) -> str:
-    for part in (arg or "").split(","):
-        if part.startswith(key + "="):
-            return part.split("=", 1)[1]
-    return default
+from trace_jax.config_files import config_args, default_config
 
 
 def get_config(arg: str | None = None, size: str = "8b"):
-    c = quickstart.get_config()
-    c.model.update(preset=f"qwen3-{size}", checkpoint=_arg(arg, "checkpoint", ""), param_dtype="bfloat16",
+    args = config_args(arg, values={"checkpoint": ""}, config=f"configs/qwen3_{size}_multihop.py")
+    c = default_config()
+    c.model.update(preset=f"qwen3-{size}", checkpoint=args["checkpoint"], param_dtype="bfloat16",
                    dtype="bfloat16")
     c.task.update(max_difficulty=4, max_turns=8, max_tokens=4096, search_top_k=3, search_words=100,
                   num_questions=20000)
     c.sft.update(steps=0)  # instruction-tuned checkpoints act in ReAct directly
-    c.rl.update(steps=200, max_new_tokens=512, temperature=1.0, top_p=1.0, eval_every=20)
-    c.learner.update(learning_rate=1e-6, micro_batch=4, max_grad_norm=1.0)
-    c.budget.update(rollouts=512, prompts=64, candidates=256, m_min=2, m_max=16, root_fraction=0.5, rounds=2)
+    c.rl.update(steps=200, max_new_tokens=512, eval_every=20)
+    c.learner.update(learning_rate=1e-6, micro_batch=4)
+    c.budget.update(rollouts=512, prompts=64, candidates=256, m_max=16, rounds=2)
     c.eval.update(num_tasks=1000, pass_k=4)
-    c.checkpoint.update(every=10, keep=3)
-    c.mesh.update(data=1, fsdp=8, tensor=1)
+    c.checkpoint.keep = 3
+    c.mesh.fsdp = 8
     return c

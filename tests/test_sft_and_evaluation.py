@@ -11,19 +11,19 @@ from trace_jax.sft import conversation_demonstrations, make_batch, oracle_demons
 
 
 def test_oracle_demonstrations_train_only_assistant_tokens(tiny_setup):
-    renderer = tiny_setup["policy"].renderer
-    demos = oracle_demonstrations(tiny_setup["source"], renderer, num=5, mistake_rate=0.0, seed=0)
+    renderer = tiny_setup.policy.renderer
+    demos = oracle_demonstrations(tiny_setup.source, renderer, num=5, mistake_rate=0.0, seed=0)
     assert len(demos) == 5
     ids, mask = demos[0]
-    trained = tiny_setup["tokenizer"].decode([i for i, m in zip(ids, mask) if m])
+    trained = tiny_setup.tokenizer.decode([i for i, m in zip(ids, mask) if m])
     assert "Action: search[" in trained and "Observation" not in trained and "Question" not in trained
     batch = make_batch(demos, max_len=4096)
     assert batch["mask"].sum() == sum(sum(m[1:]) for _, m in demos)
 
 
 def test_user_conversations_jsonl(tiny_setup, tmp_path):
-    renderer = tiny_setup["policy"].renderer
-    source = tiny_setup["source"]
+    renderer = tiny_setup.policy.renderer
+    source = tiny_setup.source
     trajectory = run_episode(source.make_env(), source.tasks("train")[0], source.oracle(0.0))
     messages = list(trajectory.messages)
     for text, observation in trajectory.turns:
@@ -40,9 +40,9 @@ def test_user_conversations_jsonl(tiny_setup, tmp_path):
 
 
 def test_greedy_accuracy_and_pass_at_k_by_level(tiny_setup):
-    tasks = tiny_setup["source"].tasks("validation")[:6]
-    greedy = evaluate_policy(tiny_setup["policy"], tiny_setup["env"], tasks, greedy=True)
-    sampled = evaluate_policy(tiny_setup["policy"], tiny_setup["env"], tasks, greedy=False, k=2)
+    tasks = tiny_setup.source.tasks("validation")[:6]
+    greedy = evaluate_policy(tiny_setup.policy, tiny_setup.env, tasks, greedy=True)
+    sampled = evaluate_policy(tiny_setup.policy, tiny_setup.env, tasks, greedy=False, k=2)
     assert set(greedy) >= {"accuracy"} and set(sampled) >= {"pass@2"}
     levels = {t.difficulty for t in tasks}
     assert {f"pass@2/level_{lv}" for lv in levels} <= set(sampled)

@@ -1,4 +1,6 @@
-"""One metrics writer: TensorBoard event files and a JSONL log under the workdir."""
+"""One metrics writer: TensorBoard event files and JSONL logs under the workdir. RL steps arrive as
+typed `StepRecord`s (`steps.jsonl`, read back with `records.read_steps`); everything else (SFT
+loss, evaluations) as named scalars (`metrics.jsonl`)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from trace_jax.records import StepRecord, append_step
+
 
 class MetricWriter:
-    """`write(step, {name: scalar})` appends to `<workdir>/metrics.jsonl` and TensorBoard (process 0 only)."""
+    """`write(step, {name: scalar})` appends to `<workdir>/metrics.jsonl`, `write_step(record)` to
+    `<workdir>/steps.jsonl`; both to TensorBoard (process 0 only)."""
 
     def __init__(self, workdir: str, *, enabled: bool = True):
-        self.enabled = enabled
+        self.enabled, self.workdir = enabled, workdir
         self.path = os.path.join(workdir, "metrics.jsonl")
         self._tb = None
         if enabled:
@@ -34,8 +39,18 @@ class MetricWriter:
             clean[f"{prefix}{key}"] = value if np.isfinite(value) else None
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
+        self._tensorboard(step, clean)
+
+    def write_step(self, record: StepRecord) -> None:
+        """One RL step's record: a `steps.jsonl` line, and its scalars under `train/` in TensorBoard."""
+        if not self.enabled:
+            return
+        append_step(self.workdir, record)
+        self._tensorboard(record.step, {f"train/{k}": v for k, v in record.scalars().items()})
+
+    def _tensorboard(self, step: int, scalars: Mapping[str, float | None]) -> None:
         if self._tb is not None:
-            for key, value in clean.items():
+            for key, value in scalars.items():
                 if value is not None:
                     self._tb.add_scalar(key, value, int(step))
             self._tb.flush()

@@ -11,14 +11,15 @@ from typing import Any
 
 import jax
 
+from trace_jax.allocation import ALLOCATORS, AllocatorConfig, BudgetConfig
 from trace_jax.allocation.predictor import PredictorConfig
-from trace_jax.allocation.strategies import REGISTRY as ALLOCATORS
-from trace_jax.allocation.strategies import TRACE_STAGES, BudgetConfig
 from trace_jax.envs import SOURCES
 from trace_jax.models.presets import PRESETS
+from trace_jax.registry import RegistryError
 from trace_jax.rl.advantages import ESTIMATORS, AdvantageConfig
 from trace_jax.rl.learner import LearnerConfig
 from trace_jax.rl.losses import LOSSES, LossConfig
+from trace_jax.rollout.agent_loop import MAX_TURNS
 
 
 class ConfigError(ValueError):
@@ -34,7 +35,7 @@ class ModelSection:
       param_dtype, dtype: parameter and compute dtypes.
     """
 
-    preset: str = "small"
+    preset: str = "mini"
     checkpoint: str = ""
     tokenizer: str = ""
     param_dtype: str = "float32"
@@ -55,11 +56,11 @@ class TaskSection:
     source: str = "multihop"
     seed: int = 0
     num_questions: int = 2000
-    max_difficulty: int = 0
-    max_turns: int = 6
-    max_tokens: int = 400
-    search_top_k: int = 3
-    search_words: int = 60
+    max_difficulty: int = 2
+    max_turns: int = 5
+    max_tokens: int = 200
+    search_top_k: int = 2
+    search_words: int = 24
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,13 +75,13 @@ class SFTSection:
       max_len: demonstrations are cut to this many tokens.
     """
 
-    steps: int = 300
-    batch_size: int = 16
+    steps: int = 800
+    batch_size: int = 8
     learning_rate: float = 3e-3
     num_demos: int = 2000
     mistake_rate: float = 0.1
     data_path: str = ""
-    max_len: int = 1024
+    max_len: int = 512
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -91,10 +92,10 @@ class RLSection:
       eval_every: evaluate every this many steps (0: only at the end).
     """
 
-    steps: int = 20
+    steps: int = 80
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 48
+    max_new_tokens: int = 40
     eval_every: int = 0
 
 
@@ -118,7 +119,7 @@ class CheckpointSection:
       keep: checkpoints kept.
     """
 
-    every: int = 5
+    every: int = 10
     keep: int = 2
 
 
@@ -131,23 +132,10 @@ class MeshSection:
     tensor: int = 1
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class AllocatorSection:
-    """Attributes:
-      name: a registered allocator.
-      stages: trace only: "both", "roots" (stage 1 only) or "prefixes" (uniform roots, stage 2).
-    """
-
-    name: str = "trace"
-    stages: str = "both"
-
-    def __post_init__(self):
-        if self.stages not in TRACE_STAGES:
-            raise ValueError(f"stages must be one of {TRACE_STAGES}, got {self.stages!r}")
-
-
+# Sections whose `name` picks a registry entry; the entry's config class validates the section.
+_REGISTRY_SECTIONS = {"allocator": ALLOCATORS, "advantage": ESTIMATORS, "loss": LOSSES}
 _SECTIONS = {"model": ModelSection, "task": TaskSection, "sft": SFTSection, "rl": RLSection,
-             "learner": LearnerConfig, "budget": BudgetConfig, "allocator": AllocatorSection,
+             "learner": LearnerConfig, "budget": BudgetConfig, "allocator": AllocatorConfig,
              "predictor": PredictorConfig, "advantage": AdvantageConfig, "loss": LossConfig,
              "eval": EvalSection, "checkpoint": CheckpointSection, "mesh": MeshSection}
 
@@ -161,13 +149,23 @@ class RunConfig:
     rl: RLSection
     learner: LearnerConfig
     budget: BudgetConfig
-    allocator: AllocatorSection
+    allocator: AllocatorConfig
     predictor: PredictorConfig
     advantage: AdvantageConfig
     loss: LossConfig
     eval: EvalSection
     checkpoint: CheckpointSection
     mesh: MeshSection
+
+
+def section_classes() -> dict[str, type]:
+    """Section name -> its config dataclass (for a registry section, the base every entry extends)."""
+    return dict(_SECTIONS)
+
+
+def registry_of(section: str):
+    """The registry whose entries own `section`'s config, or None for a plain section."""
+    return _REGISTRY_SECTIONS.get(section)
 
 
 def _plain(value: Any) -> Any:
@@ -185,11 +183,14 @@ def from_config_dict(config) -> RunConfig:
         given = dict(raw.get(name, {}) or {})
         fields = {f.name: f for f in dataclasses.fields(cls)}
         for key in given:
-            if key not in fields:
+            if key not in fields and name not in _REGISTRY_SECTIONS:
                 raise ConfigError(f"config field '{name}.{key}' does not exist; {name} has {sorted(fields)}")
         try:
-            sections[name] = cls(**given)
-        except (ValueError, TypeError) as e:
+            if name in _REGISTRY_SECTIONS:
+                sections[name] = _REGISTRY_SECTIONS[name].config(given, default_name=cls().name)
+            else:
+                sections[name] = cls(**given)
+        except (RegistryError, ValueError, TypeError) as e:
             raise ConfigError(f"config section '{name}': {e}") from None
     run = RunConfig(seed=int(raw.get("seed", 0)), **sections)
     _check_consistency(run)
@@ -208,16 +209,9 @@ def _check_consistency(run: RunConfig) -> None:
             raise ConfigError(f"config field '{field}': path {path!r} does not exist")
     if run.task.source not in SOURCES:
         raise ConfigError(f"config field 'task.source': unknown source {run.task.source!r}; known {sorted(SOURCES)}")
-    if run.allocator.name not in ALLOCATORS:
-        raise ConfigError(f"config field 'allocator.name': unknown allocator {run.allocator.name!r}; "
-                          f"registered {sorted(ALLOCATORS)}")
-    if run.allocator.stages != "both" and run.allocator.name != "trace":
-        raise ConfigError(f"config field 'allocator.stages'={run.allocator.stages!r} only applies to the trace "
-                          f"allocator, not {run.allocator.name!r}")
-    if run.advantage.name not in ESTIMATORS:
-        raise ConfigError(f"config field 'advantage.name': unknown estimator {run.advantage.name!r}")
-    if run.loss.name not in LOSSES:
-        raise ConfigError(f"config field 'loss.name': unknown loss {run.loss.name!r}")
+    if not 1 <= run.task.max_turns <= MAX_TURNS:
+        raise ConfigError(f"config field 'task.max_turns'={run.task.max_turns} must be in [1, {MAX_TURNS}] (every "
+                          "turn of a branch draws its own sampling keys from a fixed per-branch range)")
     if abs(run.loss.temperature - run.rl.temperature) > 1e-9:
         raise ConfigError(f"config fields 'loss.temperature'={run.loss.temperature} and 'rl.temperature'="
                           f"{run.rl.temperature} conflict: the learner must score tokens at the sampling temperature")

@@ -91,7 +91,7 @@ def sft_step(config: ModelConfig, optimizer: optax.GradientTransformation, param
     def loss_fn(p):
         B, L = batch["tokens"].shape
         positions = jnp.broadcast_to(jnp.arange(L), (B, L))
-        logits, _, _ = forward(config, p, batch["tokens"], positions, attention_mask=batch["valid"])
+        logits = forward(config, p, batch["tokens"], positions, attention_mask=batch["valid"]).logits
         logp, _ = token_logprobs(logits, batch["targets"], 1.0)
         mask = batch["mask"].astype(jnp.float32)
         return -jnp.sum(logp * mask) / jnp.maximum(mask.sum(), 1.0)

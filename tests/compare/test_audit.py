@@ -5,6 +5,7 @@ import pytest
 from configs import quickstart
 from trace_jax.compare.audit import BudgetAuditError, audit
 from trace_jax.run_config import from_config_dict
+from trace_jax.testing import step_record
 
 
 def _run(**sections):
@@ -16,26 +17,22 @@ def _run(**sections):
     return from_config_dict(c)
 
 
-def _step(started=32, finished=None, discarded=0, trees=8, spent=None):
-    leaves = started - discarded
-    out = {"train/ledger/rollouts_started": started, "train/ledger/rollouts_finished": started if finished is None
-           else finished, "train/ledger/rollouts_discarded": discarded, "train/ledger/tokens_generated": 100,
-           "train/trees": trees, "train/leaves_per_tree": leaves / trees if trees else 0.0}
-    if spent is not None:
-        out["train/budget_spent"] = spent
-    return out
+def _steps(*steps):
+    """Step records numbered 1, 2, ... from keyword dicts of `step_record`."""
+    return [step_record(i, **kw) for i, kw in enumerate(steps, start=1)]
 
 
 def test_exact_ledgers_pass_and_are_totalled():
-    totals = audit("grpo seed 0", _run(allocator__name="grpo"), [_step()] * 3)
-    assert totals["rollouts_started"] == 96 and totals["tokens_generated"] == 300
+    totals = audit("grpo seed 0", _run(allocator__name="grpo"), _steps({}, {}, {}))
+    assert totals.rollouts_started == 96 and totals.tokens_generated == 300
 
 
 @pytest.mark.parametrize("steps,match", [
-    ([_step()] * 2, "2 RL steps logged"),
-    ([_step(), _step(started=31, trees=8), _step()], "step 2: 31 rollouts started"),
-    ([_step(), _step(), _step(finished=30)], "step 3: 32 rollouts started but 30 finished"),
-    ([_step(), {**_step(), "train/leaves_per_tree": 3.0}, _step()], "step 2: 24 trained leaves"),
+    (_steps({}, {}), "2 RL steps logged"),
+    (_steps({}, {}, {})[:1] + _steps({}, {}, {})[2:], "2 RL steps logged"),
+    (_steps({}, dict(started=31), {}), "step 2: 31 rollouts started"),
+    (_steps({}, {}, dict(finished=30)), "step 3: 32 rollouts started but 30 finished"),
+    (_steps({}, dict(leaves=24), {}), "step 2: 24 trained leaves"),
 ])
 def test_mismatches_fail_naming_run_and_step(steps, match):
     with pytest.raises(BudgetAuditError, match=f"grpo seed 0.*{match}"):
@@ -44,13 +41,13 @@ def test_mismatches_fail_naming_run_and_step(steps, match):
 
 def test_dapo_may_stop_early_only_with_b_mixed_groups():
     run = _run(allocator__name="dapo")
-    audit("dapo", run, [_step(started=32, discarded=8, trees=6), _step(started=24, trees=6 + 2), _step()])
+    audit("dapo", run, _steps(dict(started=32, discarded=8, trees=6), dict(started=24, trees=6 + 2), {}))
     with pytest.raises(BudgetAuditError, match="dapo started 24 rollouts and kept 6 groups"):
-        audit("dapo", run, [_step(), _step(started=24, trees=6), _step()])
+        audit("dapo", run, _steps({}, dict(started=24, trees=6), {}))
 
 
 def test_token_unit_audits_the_rollout_equivalents_spent():
     run = _run(budget__unit="tokens")
-    audit("trace", run, [_step(started=40, spent=31.6)] * 3)
+    audit("trace", run, _steps(*[dict(started=40, spent=31.6)] * 3))
     with pytest.raises(BudgetAuditError, match="spent 30.5"):
-        audit("trace", run, [_step(started=40, spent=31.6), _step(started=40, spent=30.5), _step(spent=32)])
+        audit("trace", run, _steps(dict(started=40, spent=31.6), dict(started=40, spent=30.5), dict(spent=32)))

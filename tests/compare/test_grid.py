@@ -1,5 +1,7 @@
 """The comparison grid: its config section, variants and per-run configs, validated before compute."""
 
+import dataclasses
+
 import pytest
 
 from configs import compare_multihop
@@ -19,15 +21,15 @@ def test_main_grid_is_every_allocator_times_every_seed():
 
 
 @pytest.mark.parametrize("ablation,check", [
-    ("stages", lambda rs: [(r.allocator.name, r.allocator.stages) for r in rs] ==
-     [("grpo", "both"), ("trace", "roots"), ("tree_random", "both"), ("trace", "prefixes"), ("trace", "both")]),
+    ("stages", lambda rs: [dataclasses.astuple(r.allocator) for r in rs] ==
+     [("grpo",), ("trace", "predicted", "none"), ("tree_random",), ("trace", "uniform", "agreement"),
+      ("trace", "predicted", "agreement")]),
     ("unit", lambda rs: [r.budget.unit for r in rs] == ["rollouts", "tokens"]),
     ("lambda_local", lambda rs: [r.advantage.lambda_local for r in rs] == [0.5, 0.0]),
     ("featurizer", lambda rs: [r.predictor.features for r in rs] == ["hidden+scalars", "hidden", "scalars"]),
 ])
 def test_ablation_variants(ablation, check):
     compare, base = grid.split_config(compare_multihop.get_config())
-    import dataclasses
     compare = dataclasses.replace(compare, ablation=ablation, seeds=(0,))
     assert check([r for _, _, r in grid.validate(base, compare)])
 

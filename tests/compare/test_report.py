@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from trace_jax.compare import report
+from trace_jax.rollout.tree import Ledger
+from trace_jax.testing import step_record
 
 
 def test_mean_ci95_is_the_student_t_interval():
@@ -19,23 +21,22 @@ def test_resumed_logs_merge_per_step_last_wins():
     assert merged == {1: {"step": 1, "a": 3.0}, 2: {"step": 2, "a": 2.0}}
 
 
-def _records(acc_by_step, started=8, tokens=50):
-    out = []
-    for s in (1, 2, 3, 4):
-        out.append({"step": s, "train/ledger/rollouts_started": started, "train/ledger/tokens_generated": tokens,
-                    "train/effective_ratio": 0.25 * s, "train/useful_rollout_share": 0.1,
-                    "train/predictor_brier": 0.2})
-        if s in acc_by_step:
-            out.append({"step": s, "eval/accuracy": acc_by_step[s]})
-    return out
+def _steps(started=8, tokens=50):
+    return [step_record(s, started=started, trees=2, tokens=tokens, effective_ratio=0.25 * s, brier=0.2)
+            for s in (1, 2, 3, 4)]
+
+
+def _evals(acc_by_step):
+    return [{"step": s, "eval/accuracy": acc} for s, acc in sorted(acc_by_step.items())]
 
 
 def test_run_record_curves_and_aggregate(tmp_path):
     runs = []
     for variant, accs in (("grpo", (0.30, 0.32)), ("trace", (0.40, 0.44))):
         for seed, acc in enumerate(accs):
-            rec = report.run_record(variant, seed, _records({2: acc - 0.05, 4: acc}), 4,
-                                    {"acc_after_rl": acc, "wall_s": 10.0}, 0.2, {"tokens_generated": 200})
+            steps = _steps()
+            rec = report.run_record(variant, seed, steps, _evals({2: acc - 0.05, 4: acc}),
+                                    {"acc_after_rl": acc, "wall_s": 10.0}, 0.2, sum((r.ledger for r in steps), Ledger()))
             runs.append(rec)
     first = runs[0]
     assert first["eval"] == {"step": [0, 2, 4], "accuracy": [0.2, 0.25, 0.3], "rollouts": [0, 16, 32],

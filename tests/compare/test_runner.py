@@ -75,12 +75,12 @@ def test_rerun_resumes_from_finished_runs(compared):
 
 def test_a_tampered_ledger_fails_the_audit(compared, tmp_path):
     workdir, _ = compared
-    path = os.path.join(_run_dir(workdir, "trace", 1), "metrics.jsonl")
+    path = os.path.join(_run_dir(workdir, "trace", 1), "steps.jsonl")
     with open(path) as f:
         lines = [json.loads(line) for line in f]
     for line in lines:
-        if line["step"] == 2 and "train/ledger/rollouts_started" in line:
-            line["train/ledger/rollouts_started"] = 9
+        if line["step"] == 2:
+            line["ledger"]["rollouts_started"] = 9
     with open(path, "w") as f:
         f.write("\n".join(json.dumps(line) for line in lines) + "\n")
     with pytest.raises(BudgetAuditError, match="trace seed 1, step 2"):

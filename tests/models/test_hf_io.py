@@ -27,7 +27,7 @@ def test_save_then_transformers_load_gives_same_logits(hf_checkpoint, tmp_path, 
     config, params = hf_io.load(hf_checkpoint(family)[0])
     hf_io.save(str(tmp_path), config, params)
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
-    ours, _, _ = _forward(config, params, TOKENS, POSITIONS)
+    ours = _forward(config, params, TOKENS, POSITIONS).logits
     np.testing.assert_allclose(logits_and_hidden(reloaded, TOKENS)[0], np.asarray(ours), atol=1e-4, rtol=0)
 
 
@@ -38,7 +38,7 @@ def test_save_of_fresh_params_loads_in_transformers_and_back(tmp_path):
     assert os.path.exists(tmp_path / hf_io.INDEX_FILE)  # several shard files
     assert len([f for f in os.listdir(tmp_path) if f.endswith(".safetensors")]) > 1
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
-    ours, _, _ = _forward(config, params, TOKENS, POSITIONS)
+    ours = _forward(config, params, TOKENS, POSITIONS).logits
     np.testing.assert_allclose(logits_and_hidden(reloaded, TOKENS)[0], np.asarray(ours), atol=1e-4, rtol=0)
     config2, params2 = hf_io.load(str(tmp_path))
     assert config2 == config
@@ -50,7 +50,7 @@ def test_load_of_transformers_sharded_checkpoint(tmp_path):
     model.save_pretrained(tmp_path, max_shard_size="40KB")
     assert os.path.exists(tmp_path / hf_io.INDEX_FILE)
     config, params = hf_io.load(str(tmp_path))
-    ours, _, _ = _forward(config, params, TOKENS, POSITIONS)
+    ours = _forward(config, params, TOKENS, POSITIONS).logits
     np.testing.assert_allclose(np.asarray(ours), logits_and_hidden(model, TOKENS)[0], atol=1e-4, rtol=0)
 
 
@@ -80,7 +80,7 @@ def test_load_casts_to_bfloat16(hf_checkpoint):
     config, params = hf_io.load(hf_checkpoint("qwen3")[0], dtype="bfloat16", compute_dtype="float32")
     assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype(jax.numpy.bfloat16)}
     assert config.dtype == "float32"
-    logits, _, _ = _forward(config, params, TOKENS, POSITIONS)
+    logits = _forward(config, params, TOKENS, POSITIONS).logits
     assert np.isfinite(np.asarray(logits)).all()
 
 

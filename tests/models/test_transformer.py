@@ -23,7 +23,8 @@ def test_full_sequence_matches_transformers(hf_checkpoint, family):
     config, params = hf_io.load(path)
     tokens = np.random.RandomState(1).randint(0, VOCAB, (3, 21))
     positions = np.broadcast_to(np.arange(21), tokens.shape)
-    logits, hidden, cache = _forward(config, params, tokens, positions)
+    out = _forward(config, params, tokens, positions)
+    logits, hidden, cache = out.logits, out.hidden, out.cache
     ref_logits, ref_hidden = logits_and_hidden(model, tokens)
     assert cache is None
     np.testing.assert_allclose(np.asarray(logits), ref_logits, atol=TOL, rtol=0)
@@ -50,7 +51,8 @@ def test_cached_incremental_decoding_matches_full_pass(hf_checkpoint, family):
             chunk[b, :c] = full[b, consumed[b]:consumed[b] + c]
             mask[b, :c] = True
         positions = consumed[:, None] + np.arange(width)[None, :]
-        logits, hidden, cache = _forward(config, params, chunk, positions, cache, mask)
+        out = _forward(config, params, chunk, positions, cache, mask)
+        logits, hidden, cache = out.logits, out.hidden, out.cache
         for b, c in enumerate(counts):
             want = slice(consumed[b], consumed[b] + c)
             np.testing.assert_allclose(np.asarray(logits[b, :c]), ref_logits[b, want], atol=TOL, rtol=0)
@@ -67,8 +69,8 @@ def test_padding_does_not_change_a_rows_logits():
     positions = np.broadcast_to(np.arange(9), tokens.shape)
     mask = np.ones((2, 9), bool)
     mask[1, 6:] = False
-    padded, _, _ = _forward(config, params, tokens, positions, None, mask)
-    alone, _, _ = _forward(config, params, tokens[1:, :6], positions[1:, :6])
+    padded = _forward(config, params, tokens, positions, None, mask).logits
+    alone = _forward(config, params, tokens[1:, :6], positions[1:, :6]).logits
     np.testing.assert_allclose(np.asarray(padded[1, :6]), np.asarray(alone[0]), atol=1e-5, rtol=0)
 
 

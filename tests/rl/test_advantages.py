@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from trace_jax.registry import RegistryError
 from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rollout.tree import RolloutTree, step_statistics
 
@@ -82,5 +83,7 @@ def test_step_statistics():
 
 
 def test_unknown_estimator_is_named():
-    with pytest.raises(KeyError, match="vanilla"):
+    with pytest.raises(RegistryError, match="unknown advantage estimator 'vanilla'"):
         estimate([], AdvantageConfig(name="vanilla"))
+    with pytest.raises(ValueError, match="advantage.scale"):
+        AdvantageConfig(scale="mad")

@@ -1,11 +1,12 @@
 """The loss and the learner step: masks, clipping, agreement with the sampler, accumulation."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trace_jax.allocation import strategies
+from trace_jax import allocation
 from trace_jax.rl import learner
 from trace_jax.rl.advantages import AdvantageConfig, Sequence, estimate
 from trace_jax.rl.losses import LossConfig, ppo_clip, token_logprobs
@@ -45,19 +46,19 @@ def test_clipped_tokens_get_no_gradient():
 
 @pytest.fixture(scope="module")
 def rollouts(tiny_setup):
-    budget = strategies.BudgetConfig(rollouts=8, prompts=2, candidates=2, m_min=2, m_max=4)
-    engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=1)
-    trees = strategies.make("tree_random", budget).step(engine, tiny_setup["source"].tasks("train")[:2]).trees
+    budget = allocation.BudgetConfig(rollouts=8, prompts=2, candidates=2, m_min=2, m_max=4)
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=1)
+    trees = allocation.make("tree_random", budget).step(engine, tiny_setup.source.tasks("train")[:2]).trees
     return trees
 
 
 def test_learner_logprobs_equal_the_samplers(tiny_setup, rollouts):
-    policy = tiny_setup["policy"]
+    policy = tiny_setup.policy
     seqs = estimate(rollouts, AdvantageConfig())
     batch = learner.build_batch(rollouts, seqs, micro_batch=4)
     flat = {k: v.reshape(-1, v.shape[-1]) for k, v in batch.items()}
     positions = np.broadcast_to(np.arange(flat["tokens"].shape[1]), flat["tokens"].shape)
-    logits, _, _ = forward(policy.config, policy.params, flat["tokens"], positions, attention_mask=flat["valid"])
+    logits = forward(policy.config, policy.params, flat["tokens"], positions, attention_mask=flat["valid"]).logits
     new, _ = token_logprobs(logits, flat["targets"], 1.0)
     mask = flat["mask"]
     assert mask.sum() == sum(len(n.tokens) for t in rollouts for n in t.nodes[1:])  # each turn once
@@ -80,7 +81,7 @@ def test_observation_and_prompt_tokens_are_never_trained(rollouts):
 
 
 def _step(tiny_setup, rollouts, micro_batch):
-    policy = tiny_setup["policy"]
+    policy = tiny_setup.policy
     seqs = [Sequence(s.tree, s.leaf, {n: 1.0 - 0.3 * i for i, n in enumerate(s.advantages)})
             for s in estimate(rollouts, AdvantageConfig())]
     batch = learner.build_batch(rollouts, seqs, micro_batch=micro_batch)
@@ -98,3 +99,21 @@ def test_gradient_accumulation_matches_one_big_batch(tiny_setup, rollouts):
     np.testing.assert_allclose(float(ma["loss"]), float(mb["loss"]), rtol=1e-5)
     np.testing.assert_allclose(float(ma["grad_norm"]), float(mb["grad_norm"]), rtol=1e-4)
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-5), a, b)  # Adam magnifies fp noise
+
+
+def test_the_learner_step_compiles_once_per_batch_bucket(tiny_setup, rollouts):
+    """Batches of 5..8 sequences pad to one [2, 4, L] bucket: chex counts one trace for all of them."""
+    policy = tiny_setup.policy
+    seqs = estimate(rollouts, AdvantageConfig(name="grpo"))  # one sequence per leaf: 8
+    step = jax.jit(chex.assert_max_traces(learner._train_step, n=1), static_argnums=(0, 1, 2), donate_argnums=(3, 4))
+    optimizer = learner.make_optimizer(learner.LearnerConfig())
+    params = jax.tree.map(jnp.array, policy.params)
+    opt_state = optimizer.init(params)
+    length = learner.build_batch(rollouts, seqs, micro_batch=4)["tokens"].shape[-1]
+    for n in (8, 7, 5):
+        batch = learner.build_batch(rollouts, seqs[:n], micro_batch=4)
+        batch = {k: np.pad(v, [(0, 0), (0, 0), (0, length - v.shape[-1])]) for k, v in batch.items()}
+        params, opt_state, _ = step(policy.config, LossConfig(), optimizer, params, opt_state, batch)
+    with pytest.raises(AssertionError, match="traced > 1 times"):  # a new bucket is a new trace
+        step(policy.config, LossConfig(), optimizer, params, opt_state,
+             learner.build_batch(rollouts, seqs[:2], micro_batch=2))

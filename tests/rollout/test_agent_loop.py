@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 
 from trace_jax.models import forward
 from trace_jax.rollout.agent_loop import RolloutEngine
@@ -9,7 +10,7 @@ from trace_jax.rollout.tree import step_statistics
 
 
 def test_trees_are_well_formed_and_forks_continue_the_right_prefix(tiny_setup):
-    policy, env, source = tiny_setup["policy"], tiny_setup["env"], tiny_setup["source"]
+    policy, env, source = tiny_setup.policy, tiny_setup.env, tiny_setup.source
     engine = RolloutEngine(policy, env, seed=3)
     trees = engine.roots(source.tasks("train")[:3])
     engine.expand(trees, [(0, 0, 2), (1, 0, 1), (2, 0, 2)])
@@ -32,7 +33,7 @@ def test_trees_are_well_formed_and_forks_continue_the_right_prefix(tiny_setup):
         child = tree.nodes[tree.nodes[node_id].children[-1]]
         context = tree.context(node_id)
         seq = np.asarray(context + child.tokens)[None]
-        logits, _, _ = forward(policy.config, policy.params, seq, np.arange(seq.shape[1])[None])
+        logits = forward(policy.config, policy.params, seq, np.arange(seq.shape[1])[None]).logits
         log_p = np.asarray(jax.nn.log_softmax(logits[0], -1))
         steps = np.arange(len(child.tokens)) + len(context) - 1
         np.testing.assert_allclose(child.logprobs, log_p[steps, child.tokens], atol=1e-4)
@@ -43,15 +44,41 @@ def test_trees_are_well_formed_and_forks_continue_the_right_prefix(tiny_setup):
 def test_branch_episodes_are_independent(tiny_setup):
     """Each boundary keeps a forked episode that has taken exactly the turns on its own path: branches
     sharing one episode object would have counted each other's turns."""
-    engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=4)
-    trees = engine.roots(tiny_setup["source"].tasks("train")[:1])
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=4)
+    trees = engine.roots(tiny_setup.source.tasks("train")[:1])
     engine.expand(trees, [(0, 0, 3)])
     tree = trees[0]
     engine.expand(trees, [(0, n.id, 2) for n in tree.nodes[1:] if not n.terminal])
-    assert tree.root.episode.turns == 0
+    assert engine.episode_at(tree, 0).turns == 0
     boundaries = [n for n in tree.nodes[1:] if not n.terminal]
     assert boundaries
     for node in boundaries:
-        assert node.episode.turns == node.depth == len(tree.path(node.id)) - 1
-        assert [text for text, _ in node.episode.history] == \
-            [tiny_setup["policy"].renderer.decode_turn(n.tokens) for n in tree.path(node.id)[1:]]
+        episode = engine.episode_at(tree, node.id)
+        assert episode.turns == node.depth == len(tree.path(node.id)) - 1
+        assert [text for text, _ in episode.history] == \
+            [tiny_setup.policy.renderer.decode_turn(n.tokens) for n in tree.path(node.id)[1:]]
+
+
+def test_anchors_hold_data_and_the_engine_knows_where_their_prefixes_live(tiny_setup):
+    """A tree node records its prefix length and hidden state only; the engine's PrefixRef for it
+    has the same length, and that length is the token count of the node's context."""
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=5)
+    trees = engine.roots(tiny_setup.source.tasks("train")[:2])
+    engine.expand(trees, [(0, 0, 2), (1, 0, 2)])
+    anchors = [(t, n) for t in trees for n in t.nodes if t.is_anchor(n.id)]
+    assert len(anchors) > 2  # the roots and at least one turn boundary
+    for tree, node in anchors:
+        ref = engine.prefix_of(tree, node.id)
+        assert node.prefix_length == ref.length == len(tree.context(node.id))
+        assert node.hidden.shape == (tiny_setup.config.hidden_size,)
+    for tree in trees:
+        assert all(not tree.is_anchor(leaf.id) for leaf in tree.leaves())
+
+
+def test_an_episode_limit_beyond_the_engines_turn_range_is_refused(tiny_setup):
+    from trace_jax.envs import Limits
+    from trace_jax.rollout.agent_loop import MAX_TURNS
+
+    env = tiny_setup.source.make_env(Limits(max_turns=MAX_TURNS + 1))
+    with pytest.raises(ValueError, match=f"max_turns={MAX_TURNS + 1} exceeds the engine's {MAX_TURNS}"):
+        RolloutEngine(tiny_setup.policy, env, seed=0)

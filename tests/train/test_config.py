@@ -1,9 +1,12 @@
-"""Bad configs fail before compute, naming the field."""
+"""Bad configs fail before compute, naming the field; defaults live in one place."""
+
+import dataclasses
 
 import pytest
 
 from configs import quickstart
 from trace_jax import run_config, train
+from trace_jax.config_files import config_args, default_config
 from trace_jax.run_config import ConfigError, from_config_dict
 
 
@@ -30,13 +33,40 @@ def _updated(update):
     ({"task.source": "chess"}, "task.source"),
     ({"mesh.data": 64}, "mesh"),
     ({"eval.split": "dev"}, "eval.split"),
-    ({"allocator.stages": "roots", "allocator.name": "grpo"}, "allocator.stages"),
-    ({"allocator.stages": "all"}, "allocator"),
+    ({"allocator.prefixes": "none", "allocator.name": "grpo"}, "allocator.prefixes"),
+    ({"allocator.roots": "all"}, "allocator.roots"),
+    ({"allocator.stages": "roots"}, "allocator.stages"),
+    ({"loss.aggregation": "bogus"}, "loss.aggregation"),
+    ({"task.max_turns": 300}, "task.max_turns"),
     ({"predictor.features": "tokens"}, "predictor"),
 ])
 def test_bad_fields_are_named(update, culprit):
     with pytest.raises(ConfigError, match=culprit.replace(".", r"\.")):
         from_config_dict(_updated(update))
+
+
+def test_a_baseline_runs_on_a_config_that_lists_traces_options_at_their_defaults():
+    run = from_config_dict(_updated({"allocator.name": "grpo"}))
+    assert dataclasses.asdict(run.allocator) == {"name": "grpo"}
+
+
+def test_the_dataclasses_are_the_one_home_of_defaults():
+    """The quickstart is the library's defaults: its config file overrides nothing."""
+    assert quickstart.get_config().to_dict() == default_config().to_dict()
+    run = from_config_dict({})
+    assert run == from_config_dict(quickstart.get_config())
+    assert run.rl.max_new_tokens == 40 and run.model.preset == "mini"
+
+
+def test_config_args_reject_unknown_parts_naming_them():
+    assert config_args("runlocal, checkpoint=/a=b", flags=("runlocal",), values={"checkpoint": ""}) == {
+        "runlocal": True, "checkpoint": "/a=b"}
+    assert config_args(None, flags=("runlocal",)) == {"runlocal": False}
+    with pytest.raises(ConfigError, match=r"unknown argument\(s\) \['runlcoal'\] for configs/quickstart.py; "
+                                          r"it takes \['runlocal'\]"):
+        quickstart.get_config("runlcoal")
+    with pytest.raises(ConfigError, match=r"\['runlocal=1'\]"):
+        config_args("runlocal=1", flags=("runlocal",))
 
 
 def test_unknown_section_is_named():

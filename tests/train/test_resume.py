@@ -1,5 +1,6 @@
 """A run killed with SIGKILL after a checkpoint, then resumed, logs the same metrics as an uninterrupted run."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import pytest
 
 from configs import quickstart
 from trace_jax import train
+from trace_jax.records import read_steps
 from trace_jax.run_config import ConfigError
 
 OVERRIDES = {"model.preset": "tiny", "rl.steps": 4, "checkpoint.every": 1, "eval.num_tasks": 8, "sft.steps": 10,
@@ -27,16 +29,9 @@ def _config(**changes):
 
 
 def _train_metrics(workdir):
-    """The last logged train/* metrics of each step (a killed run may have logged a step twice)."""
-    out = {}
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        for line in f:
-            row = json.loads(line)
-            train_keys = {k: v for k, v in row.items() if k.startswith("train/") and not k.endswith("_s")
-                          and k != "train/tokens_per_s"}
-            if train_keys:
-                out[row["step"]] = train_keys
-    return out
+    """Each step's record as JSON (NaN as null) without its timings (a killed run may have logged a
+    step twice: last wins)."""
+    return {r.step: dataclasses.replace(r, timings=None).to_json() for r in read_steps(str(workdir))}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +74,7 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
     command += [f"--config.{k}={v}" for k, v in {**OVERRIDES, "rl.steps": 500, "checkpoint.every": 100}.items()]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.time() + 300
-    while not os.path.exists(workdir / "metrics.jsonl") or "train/" not in (workdir / "metrics.jsonl").read_text():
+    while not os.path.exists(workdir / "steps.jsonl"):
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
@@ -96,6 +91,6 @@ def test_a_checkpoint_is_resumed_only_under_the_settings_it_was_made_under(finis
         train.train_and_evaluate(_config(**{"learner.learning_rate": 0.5}), str(full))
     setup = train.build(_config(**{"sft.steps": 11}), str(full))
     with pytest.raises(ConfigError, match=r"SFT checkpoint .*sft.steps: 10 there, 11 now"):
-        train._sft(setup, str(full), writer=None)
+        train.warm_start(setup, str(full), writer=None)
     # evaluating differently (or on another mesh) is not a different experiment
     assert train.evaluate(_config(**{"eval.num_tasks": 4}), str(full))["step"] == 4

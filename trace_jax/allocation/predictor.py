@@ -27,7 +27,7 @@ _BATCH = 256  # training/prediction rows are padded to multiples of this (one co
 
 
 def scalar_features(node: Node) -> np.ndarray:
-    length = node.boundary[2] if node.boundary else 0
+    length = node.prefix_length or 0
     return np.array([node.depth / 8.0, node.tool_calls / 8.0, np.log1p(length) / 8.0], np.float32)
 
 
@@ -123,7 +123,7 @@ class SuccessPredictor:
             return np.zeros((0,), np.float32)
         features = features[:, self.columns]
         rows = -(-len(features) // _BATCH) * _BATCH
-        logits = self._logits(self.params, jnp.asarray(_pad(features, rows)))
+        logits = self._logits(self.params, jax.device_put(_pad(features, rows)))
         return np.asarray(jax.nn.sigmoid(logits))[: len(features)]
 
     def targets(self, trees: list[RolloutTree]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -156,8 +156,8 @@ class SuccessPredictor:
             for begin in range(0, len(X), _BATCH):
                 idx = order[begin:begin + _BATCH]
                 self.params, self.opt_state, loss = self._train_step(
-                    self.params, self.opt_state, jnp.asarray(_pad(X[idx], _BATCH)),
-                    jnp.asarray(_pad(Y[idx], _BATCH)), jnp.asarray(_pad(W[idx], _BATCH)))
+                    self.params, self.opt_state, *jax.device_put((_pad(X[idx], _BATCH), _pad(Y[idx], _BATCH),
+                                                                  _pad(W[idx], _BATCH))))
                 losses.append(float(loss))
         return float(np.mean(losses))
 
@@ -193,32 +193,3 @@ class SuccessPredictor:
                 buf = state["buffer"]
                 self.buffer.append(tuple(np.asarray(buf[k][begin:begin + size]) for k in "xyw"))
                 begin += size
-
-
-def calibration(predicted: np.ndarray, outcomes: np.ndarray, bins: int = 10) -> dict[str, float]:
-    """Brier score, expected calibration error and ROC AUC (NaN when one class is absent)."""
-    p = np.asarray(predicted, np.float64)
-    y = np.asarray(outcomes, np.float64)
-    if len(p) == 0:
-        return {"brier": float("nan"), "ece": float("nan"), "auc": float("nan"), "n": 0}
-    brier = float(np.mean((p - y) ** 2))
-    which = np.minimum((p * bins).astype(int), bins - 1)
-    ece = sum(abs(p[which == b].mean() - y[which == b].mean()) * np.mean(which == b)
-              for b in range(bins) if np.any(which == b))
-    return {"brier": brier, "ece": float(ece), "auc": auc(p, y), "n": int(len(p))}
-
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """ROC AUC by the rank-sum (Mann-Whitney) formula, ties averaged; labels may be fractional
-    (back-up values): each example counts as `label` positive and `1 - label` negative."""
-    scores, labels = np.asarray(scores, np.float64), np.asarray(labels, np.float64)
-    pos, neg = labels.sum(), (1 - labels).sum()
-    if pos <= 0 or neg <= 0:
-        return float("nan")
-    order = np.argsort(scores, kind="mergesort")
-    sorted_scores, sorted_labels = scores[order], labels[order]
-    _, starts = np.unique(sorted_scores, return_index=True)
-    pos_group = np.add.reduceat(sorted_labels, starts)
-    neg_group = np.add.reduceat(1 - sorted_labels, starts)
-    neg_below = np.cumsum(neg_group) - neg_group
-    return float(np.sum(pos_group * (neg_below + 0.5 * neg_group)) / (pos * neg))

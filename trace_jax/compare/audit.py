@@ -1,8 +1,10 @@
 """The budget audit: a comparison is only valid when every run spent exactly the configured budget
-(METHOD.md section 7). Reads each step's ledger from the run's metrics and fails loudly otherwise."""
+(METHOD.md section 7). Reads each step's ledger from the run's `StepRecord`s and fails loudly otherwise."""
 
 from __future__ import annotations
 
+from trace_jax.records import StepRecord
+from trace_jax.rollout.tree import Ledger
 from trace_jax.run_config import RunConfig
 
 
@@ -10,36 +12,29 @@ class BudgetAuditError(RuntimeError):
     """A run's ledger differs from the configured budget."""
 
 
-def audit(name: str, run: RunConfig, steps: list[dict]) -> dict[str, float]:
-    """Checks every RL step of one run; returns the run's ledger totals.
-
-    steps: one dict per RL step with the `train/...` metrics the trainer logs."""
+def audit(name: str, run: RunConfig, steps: list[StepRecord]) -> Ledger:
+    """Checks every RL step of one run (its records in step order); returns the run's ledger totals."""
     budget = run.budget
-    if len(steps) != run.rl.steps:
+    if [r.step for r in steps] != list(range(1, run.rl.steps + 1)):
         raise BudgetAuditError(f"{name}: {len(steps)} RL steps logged, configured rl.steps={run.rl.steps}")
-    totals: dict[str, float] = {}
-    for i, m in enumerate(steps, start=1):
+    for record in steps:
         def fail(what: str):
-            raise BudgetAuditError(f"{name}, step {i}: {what} (budget.rollouts={budget.rollouts}, "
+            raise BudgetAuditError(f"{name}, step {record.step}: {what} (budget.rollouts={budget.rollouts}, "
                                    f"budget.unit={budget.unit!r}, allocator {run.allocator.name!r})")
 
-        started, finished = m["train/ledger/rollouts_started"], m["train/ledger/rollouts_finished"]
-        discarded = m["train/ledger/rollouts_discarded"]
-        leaves = round(m["train/leaves_per_tree"] * m["train/trees"]) if m["train/trees"] else 0
-        if finished != started:
-            fail(f"{started:.0f} rollouts started but {finished:.0f} finished")
-        if leaves + discarded != started:
-            fail(f"{leaves} trained leaves + {discarded:.0f} discarded != {started:.0f} rollouts started")
+        ledger, trees = record.ledger, record.trees
+        started = ledger.rollouts_started
+        if ledger.rollouts_finished != started:
+            fail(f"{started} rollouts started but {ledger.rollouts_finished} finished")
+        if trees.leaves + ledger.rollouts_discarded != started:
+            fail(f"{trees.leaves} trained leaves + {ledger.rollouts_discarded} discarded != {started} rollouts started")
         if budget.unit == "tokens":
-            spent = m.get("train/budget_spent")
+            spent = record.budget_spent
             if spent is None or not budget.rollouts - 1 < spent <= budget.rollouts + 1e-6:
                 fail(f"spent {spent} rollout-equivalents")
         elif run.allocator.name == "dapo":  # may stop early, but only once it kept B mixed groups
-            if started > budget.rollouts or (started < budget.rollouts and m["train/trees"] < budget.prompts):
-                fail(f"dapo started {started:.0f} rollouts and kept {m['train/trees']:.0f} groups")
+            if started > budget.rollouts or (started < budget.rollouts and trees.trees < budget.prompts):
+                fail(f"dapo started {started} rollouts and kept {trees.trees} groups")
         elif started != budget.rollouts:
-            fail(f"{started:.0f} rollouts started")
-        for key, value in m.items():
-            if key.startswith("train/ledger/"):
-                totals[key.removeprefix("train/ledger/")] = totals.get(key.removeprefix("train/ledger/"), 0) + value
-    return totals
+            fail(f"{started} rollouts started")
+    return sum((r.ledger for r in steps), Ledger())

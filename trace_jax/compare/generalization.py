@@ -11,10 +11,17 @@ Beta prediction is its prompt's posterior mean: a per-prompt table cannot tell p
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from trace_jax.allocation.predictor import NUM_SCALARS, SuccessPredictor, calibration, featurize
-from trace_jax.allocation.strategies import TreeRandom, branch_points, leaf_success, new_success, task_key
+from trace_jax.allocation import make
+from trace_jax.allocation.base import leaf_success, task_key
+from trace_jax.allocation.calibration import calibration
+from trace_jax.allocation.predictor import NUM_SCALARS, SuccessPredictor, featurize
+from trace_jax.allocation.trace import new_success
+from trace_jax.experiment import derive_seed
+from trace_jax.allocation.tree_allocators import branch_points
 from trace_jax.rollout.agent_loop import RolloutEngine
 
 ROOT_CONTINUATIONS = 4  # fresh rollouts per scored prompt (the root outcome is their mean success)
@@ -39,10 +46,8 @@ def _score(engine, tasks, predictor, posterior, rng, max_prefixes):
     return (root_pred, beta, root_out), (prefix_pred, prefix_beta, prefix_out)
 
 
-def study(setup, params, *, steps: int, prompts: int, seed: int, derive_seed) -> dict:
-    """Returns {"table": {group: {level: {"predictor": calib, "beta": calib}}}, "pairs": raw triples}.
-
-    `derive_seed(*parts)` makes the rollout seeds (the trainer's `_seed`)."""
+def study(setup, params, *, steps: int, prompts: int, seed: int) -> dict:
+    """Returns {"table": {group: {level: {"predictor": calib, "beta": calib}}}, "pairs": raw triples}."""
     run = setup.run
     budget = run.budget
     policy = setup.policy(params)
@@ -53,7 +58,7 @@ def study(setup, params, *, steps: int, prompts: int, seed: int, derive_seed) ->
     unseen = setup.source.tasks("validation")
     unseen = [unseen[i] for i in rng.permutation(len(unseen))[:prompts]]
     predictor = SuccessPredictor(setup.model_config.hidden_size + NUM_SCALARS, run.predictor, seed=seed)
-    collector = TreeRandom(budget, seed=seed)
+    collector = make("tree_random", budget, seed=seed)
     posterior: dict[int, tuple[float, float]] = {}  # key -> (successes + 1, leaves + 2): Beta(1, 1) prior
     for step in range(steps):
         engine = RolloutEngine(policy, setup.env, seed=derive_seed(seed, "generalization", step))
@@ -70,6 +75,7 @@ def study(setup, params, *, steps: int, prompts: int, seed: int, derive_seed) ->
         roots, prefixes = _score(engine, tasks, predictor, posterior, rng, max_prefixes=2 * prompts)
         table[name], pairs[name] = {}, {}
         for level, (pred, beta, out) in (("roots", roots), ("prefixes", prefixes)):
-            table[name][level] = {"predictor": calibration(pred, out), "beta": calibration(beta, out)}
+            table[name][level] = {"predictor": dataclasses.asdict(calibration(pred, out)),
+                                     "beta": dataclasses.asdict(calibration(beta, out))}
             pairs[name][level] = {"predictor": pred.tolist(), "beta": beta.tolist(), "outcome": out.tolist()}
     return {"table": table, "pairs": pairs, "train_steps": steps, "train_prompts": len(seen)}

@@ -8,7 +8,7 @@ import copy
 import dataclasses
 
 from trace_jax import run_config
-from trace_jax.allocation.strategies import REGISTRY as ALLOCATORS
+from trace_jax.allocation import ALLOCATORS
 
 ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "tree_random", "entropy_branch", "trace")
 
@@ -17,9 +17,9 @@ ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "tree_random", "entropy_b
 ABLATIONS: dict[str, dict[str, dict[str, object]]] = {
     "stages": {
         "grpo (uniform roots, no prefixes)": {"allocator.name": "grpo"},
-        "trace stage 1 only (active roots, no prefixes)": {"allocator.stages": "roots"},
+        "trace stage 1 only (active roots, no prefixes)": {"allocator.prefixes": "none"},
         "tree_random (uniform roots, uniform prefixes)": {"allocator.name": "tree_random"},
-        "trace stage 2 only (uniform roots, active prefixes)": {"allocator.stages": "prefixes"},
+        "trace stage 2 only (uniform roots, active prefixes)": {"allocator.roots": "uniform"},
         "trace (active roots, active prefixes)": {},
     },
     "unit": {"trace unit=rollouts": {"budget.unit": "rollouts"}, "trace unit=tokens": {"budget.unit": "tokens"}},
@@ -49,7 +49,7 @@ class CompareSection:
     def __post_init__(self):
         unknown = [a for a in self.allocators if a not in ALLOCATORS]
         if unknown or not self.allocators:
-            raise ValueError(f"allocators {unknown or '()'} unknown/empty; registered {sorted(ALLOCATORS)}")
+            raise ValueError(f"allocators {unknown or '()'} unknown/empty; registered {ALLOCATORS.names()}")
         if self.ablation and self.ablation not in ABLATIONS:
             raise ValueError(f"ablation {self.ablation!r} unknown; known {sorted(ABLATIONS)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

@@ -1,13 +1,17 @@
-"""The comparison's report: per-run curves from the metrics log, mean and 95% CI over seeds,
+"""The comparison's report: per-run curves from the step records and evaluations, mean and 95% CI over seeds,
 `results.md` and the PNG plots. Pure functions of the run records (no training state)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
 import numpy as np
 from scipy import stats as scipy_stats
+
+from trace_jax.records import StepRecord
+from trace_jax.rollout.tree import Ledger
 
 
 def mean_ci95(values) -> dict[str, float | None]:
@@ -20,31 +24,44 @@ def mean_ci95(values) -> dict[str, float | None]:
     return {"mean": float(x.mean()), "ci95": half}
 
 
-def steps_by_number(records: list[dict]) -> dict[int, dict]:
+def steps_by_number(lines: list[dict]) -> dict[int, dict]:
     """metrics.jsonl lines merged per step (a resumed run re-logs steps after its checkpoint: last wins)."""
     out: dict[int, dict] = {}
-    for r in records:
+    for r in lines:
         out.setdefault(r["step"], {}).update({k: v for k, v in r.items() if v is not None})
     return out
 
 
-def run_record(variant: str, seed: int, records: list[dict], rl_steps: int, summary: dict,
-               after_sft: float, ledger: dict) -> dict:
-    """One run's curves: per-step statistics and held-out accuracy against rollouts and tokens spent."""
-    by_step = steps_by_number(records)
-    train = [by_step[s] for s in range(1, rl_steps + 1)]
-    rollouts = np.cumsum([m["train/ledger/rollouts_started"] for m in train]).tolist()
-    tokens = np.cumsum([m["train/ledger/tokens_generated"] for m in train]).tolist()
+def per_step_curves(steps: list[StepRecord]) -> dict[str, list[float | None]]:
+    """The per-step statistics the report plots, from the run's step records."""
+    def calibration(record: StepRecord, key: str):
+        value = getattr(record.calibration, key) if record.calibration else None
+        return None if value is None or not math.isfinite(value) else value
+
+    curves = {key: [getattr(r.trees, key) for r in steps]
+              for key in ("effective_ratio", "useful_rollout_share", "reward", "expanded_mixed_share",
+                          "nonzero_advantage_token_share")}
+    curves.update({f"predictor_{key}": [calibration(r, key) for r in steps] for key in ("brier", "auc", "ece")})
+    return curves
+
+
+def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: list[dict], summary: dict,
+               after_sft: float, ledger: Ledger) -> dict:
+    """One run's curves: per-step statistics and held-out accuracy against rollouts and tokens spent.
+
+    steps: the run's step records (audited: one per step); metric_lines: its metrics.jsonl (evaluations)."""
+    by_step = steps_by_number(metric_lines)
+    rollouts = np.cumsum([r.ledger.rollouts_started for r in steps]).tolist()
+    tokens = np.cumsum([r.ledger.tokens_generated for r in steps]).tolist()
     evals = [(0, after_sft)] + [(s, by_step[s]["eval/accuracy"]) for s in sorted(by_step)
                                 if s > 0 and "eval/accuracy" in by_step[s]]
-    per_step = {key: [m.get(f"train/{key}") for m in train]
-                for key in ("effective_ratio", "useful_rollout_share", "reward", "expanded_mixed_share",
-                            "nonzero_advantage_token_share", "predictor_brier", "predictor_auc", "predictor_ece")}
+    per_step = per_step_curves(steps)
     return {
         "variant": variant, "seed": seed, "final_accuracy": summary["acc_after_rl"], "after_sft": after_sft,
         "effective_ratio": float(np.mean(per_step["effective_ratio"])),
         "useful_rollout_share": float(np.mean(per_step["useful_rollout_share"])),
-        "tokens_generated": int(ledger["tokens_generated"]), "ledger": ledger, "wall_s": summary.get("wall_s"),
+        "tokens_generated": int(ledger.tokens_generated), "ledger": dataclasses.asdict(ledger),
+        "wall_s": summary.get("wall_s"),
         "eval": {"step": [s for s, _ in evals], "accuracy": [a for _, a in evals],
                  "rollouts": [0 if s == 0 else rollouts[s - 1] for s, _ in evals],
                  "tokens": [0 if s == 0 else tokens[s - 1] for s, _ in evals]},

@@ -19,9 +19,10 @@ import time
 
 import jax
 
-from trace_jax import run_config, train
+from trace_jax import experiment, run_config, train
 from trace_jax.compare import audit, generalization, grid, report
 from trace_jax.metrics import MetricWriter, read_metrics
+from trace_jax.records import read_steps
 
 
 def _slug(name: str) -> str:
@@ -74,7 +75,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
         raise run_config.ConfigError(f"comparison flags: {e}") from None
     runs = grid.validate(base, compare)  # every run's config, before any compute
     base_run = run_config.from_config_dict(base)
-    train.log(f"{len(runs)} runs: {len(grid.variants(compare))} variants x seeds {list(compare.seeds)}, "
+    experiment.log(f"{len(runs)} runs: {len(grid.variants(compare))} variants x seeds {list(compare.seeds)}, "
               f"{base_run.rl.steps} steps each at budget {base_run.budget}")
 
     shared = os.path.join(workdir, "shared")
@@ -83,17 +84,17 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
         # Every run recompiles the same programs (see jax.clear_caches below), most under the default
         # 1 s threshold; caching them all cut a repeated 5-step run from 51 s to 39 s.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    train.banner("shared SFT checkpoint")
-    setup = train.build(base_run, shared)
-    params = train._sft(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
+    experiment.banner("shared SFT checkpoint")
+    setup = experiment.build(base_run, shared)
+    params = experiment.warm_start(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
     sft_settings = run_config.settings(base_run, run_config.SFT_SETTINGS)
     after_sft = _cached(os.path.join(shared, "after_sft.json"), dict(eval=dataclasses.asdict(base_run.eval),
                                                                       sft=sft_settings),
-                        lambda: train.held_out(setup, params))
-    train.log(f"held-out after SFT: {after_sft}")
+                        lambda: experiment.held_out(setup, params))
+    experiment.log(f"held-out after SFT: {after_sft}")
     study = None
     if compare.generalization_steps:
-        train.banner("predictor generalization study")
+        experiment.banner("predictor generalization study")
         study_key = dict(steps=compare.generalization_steps, prompts=compare.generalization_prompts,
                          seed=base_run.seed, budget=dataclasses.asdict(base_run.budget),
                          predictor=dataclasses.asdict(base_run.predictor),
@@ -101,22 +102,22 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
                          sft=sft_settings)
         study = _cached(os.path.join(shared, "generalization.json"), study_key, lambda: generalization.study(
             setup, params, steps=compare.generalization_steps, prompts=compare.generalization_prompts,
-            seed=base_run.seed, derive_seed=train._seed))
+            seed=base_run.seed))
         for group, levels in study["table"].items():
             for level, c in levels.items():
-                train.log(f"{group:>15} {level:>8}: AUC predictor {c['predictor']['auc']:.3f} vs beta "
+                experiment.log(f"{group:>15} {level:>8}: AUC predictor {c['predictor']['auc']:.3f} vs beta "
                           f"{c['beta']['auc']:.3f}; Brier {c['predictor']['brier']:.3f} vs {c['beta']['brier']:.3f}")
 
     records = []
     for i, (variant, seed, run) in enumerate(runs):
         run_dir = _run_dir(workdir, variant.name, seed, run)
-        train.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
+        experiment.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
         _link_shared(shared, run_dir)
         summary_path = os.path.join(run_dir, "summary.json")
         if os.path.exists(summary_path):
             with open(summary_path, encoding="utf-8") as f:
                 summary = json.load(f)
-            train.log(f"finished earlier: {summary}")
+            experiment.log(f"finished earlier: {summary}")
         else:
             summary = train.train_and_evaluate(run, run_dir, after_sft=after_sft)
             # Each run jits fresh closures; without this, a long comparison accumulates compiled
@@ -124,15 +125,13 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
             # makes the recompiles cheap.
             jax.clear_caches()
             if summary.get("interrupted"):
-                train.log("comparison interrupted; run the same command again to resume")
+                experiment.log("comparison interrupted; run the same command again to resume")
                 return {"interrupted": True, "finished_runs": i}
             with open(summary_path, "w", encoding="utf-8") as f:
                 json.dump(summary, f)
-        metrics = read_metrics(run_dir)
-        steps = report.steps_by_number(metrics)
-        ledger = audit.audit(f"{variant.name} seed {seed}", run, [steps[s] for s in range(1, run.rl.steps + 1)
-                                                                    if s in steps])
-        records.append(report.run_record(variant.name, seed, metrics, run.rl.steps, summary,
+        steps = read_steps(run_dir)
+        ledger = audit.audit(f"{variant.name} seed {seed}", run, steps)
+        records.append(report.run_record(variant.name, seed, steps, read_metrics(run_dir), summary,
                                          after_sft["accuracy"], ledger))
 
     summary = report.aggregate(records)
@@ -140,7 +139,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
     setting = (f"Task {base_run.task.source} (max difficulty {base_run.task.max_difficulty}), model preset "
                f"{base_run.model.preset}, {base_run.rl.steps} RL steps of M={b.rollouts} rollouts (B={b.prompts} "
                f"prompts, C={b.candidates} candidates, unit {b.unit}), held-out split {base_run.eval.split} "
-               f"({len(train._eval_tasks(setup))} tasks, greedy), seeds {list(compare.seeds)}; every ledger "
+               f"({len(experiment.eval_tasks(setup))} tasks, greedy), seeds {list(compare.seeds)}; every ledger "
                f"audited against the budget. Wall time of the runs, summed: "
                f"{sum(r['wall_s'] or 0 for r in records):.0f} s (this invocation: {time.time() - t0:.0f} s; a run's "
                f"wall time covers RL and its evaluations, the first run in a process also compiles).")
@@ -154,6 +153,6 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
             f.write(report.markdown(summary, title=title, after_sft=after_sft["accuracy"], setting=setting,
                                     generalization=study, reference=reference))
         for path in report.plots(records, workdir, study):
-            train.log(f"wrote {path}")
-        train.log(f"wrote {os.path.join(workdir, 'results.md')}")
+            experiment.log(f"wrote {path}")
+        experiment.log(f"wrote {os.path.join(workdir, 'results.md')}")
     return report.headline(summary)

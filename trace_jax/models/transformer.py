@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
+from flax import nnx, struct
 
 from trace_jax.models.cache import KVCache
 from trace_jax.models.config import ModelConfig
@@ -222,8 +222,17 @@ def init_params(config: ModelConfig, seed: int | jax.Array = 0) -> Params:
     return nnx.to_pure_dict(nnx.state(Transformer(config, rngs=nnx.Rngs(params=key))))
 
 
+@struct.dataclass
+class ForwardOutput:
+    """What `forward` returns (a pytree, so jitted callers can return it whole)."""
+
+    logits: jax.Array | None  # [B, S, V] in the compute dtype; None with return_logits=False
+    hidden: jax.Array  # [B, S, D] final-normed hidden states
+    cache: KVCache | None  # the cache with the chunk written (None for a full-sequence pass)
+
+
 def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCache | None = None,
-            attention_mask=None, *, return_logits: bool = True):
+            attention_mask=None, *, return_logits: bool = True) -> ForwardOutput:
     """The model as a pure function.
 
     Args:
@@ -240,10 +249,12 @@ def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCac
         last position's logits applies `unembed` to that hidden state instead of [B, S, V].
 
     Returns:
-      (logits [B, S, V] in the compute dtype, hidden [B, S, D] final-normed, cache or None).
+      ForwardOutput(logits, hidden, cache).
     """
     model = nnx.merge(_abstract(config)[0], params)
-    return model(tokens, positions, cache=cache, attention_mask=attention_mask, return_logits=return_logits)
+    logits, hidden, cache = model(tokens, positions, cache=cache, attention_mask=attention_mask,
+                                  return_logits=return_logits)
+    return ForwardOutput(logits=logits, hidden=hidden, cache=cache)
 
 
 def unembed(config: ModelConfig, params: Params, hidden):

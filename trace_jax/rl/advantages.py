@@ -9,10 +9,10 @@ trajectory-level (every turn of a path gets its leaf's advantage; shared prefixe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 
+from trace_jax.registry import Registry
 from trace_jax.rollout.tree import RolloutTree
 
 
@@ -30,6 +30,10 @@ class AdvantageConfig:
     scale: str = "std"
     eps: float = 1e-6
 
+    def __post_init__(self):
+        if self.scale not in ("std", "none"):
+            raise ValueError(f"advantage.scale must be 'std' or 'none', got {self.scale!r}")
+
 
 @dataclasses.dataclass(frozen=True)
 class Sequence:
@@ -40,23 +44,12 @@ class Sequence:
     advantages: dict[int, float]  # node id -> advantage of every token of that turn
 
 
-ESTIMATORS: dict[str, Callable[[list[RolloutTree], AdvantageConfig], list[Sequence]]] = {}
-
-
-def register(name: str):
-    def wrap(fn):
-        ESTIMATORS[name] = fn
-        return fn
-
-    return wrap
+# name -> estimator(trees, config) -> list[Sequence]
+ESTIMATORS: Registry = Registry("advantage estimator", "advantage")
 
 
 def estimate(trees: list[RolloutTree], config: AdvantageConfig) -> list[Sequence]:
-    if config.name not in ESTIMATORS:
-        raise KeyError(f"unknown advantage estimator {config.name!r}; registered: {sorted(ESTIMATORS)}")
-    if config.scale not in ("std", "none"):
-        raise ValueError(f"advantage scale must be 'std' or 'none', got {config.scale!r}")
-    return ESTIMATORS[config.name](trees, config)
+    return ESTIMATORS.entry(config.name).build(trees, config)
 
 
 def _successes(tree: RolloutTree) -> np.ndarray:
@@ -75,7 +68,7 @@ def node_advantages(tree: RolloutTree, config: AdvantageConfig) -> np.ndarray:
     return adv
 
 
-@register("trace_tree")
+@ESTIMATORS.register("trace_tree", config=AdvantageConfig)
 def trace_tree(trees, config):
     out = []
     for i, tree in enumerate(trees):
@@ -93,7 +86,7 @@ def _zscore(x: np.ndarray, config: AdvantageConfig) -> np.ndarray:
     return (x - x.mean()) / (scale + config.eps)
 
 
-@register("grpo")
+@ESTIMATORS.register("grpo", config=AdvantageConfig)
 def grpo(trees, config):
     out = []
     for i, tree in enumerate(trees):
@@ -104,7 +97,7 @@ def grpo(trees, config):
     return out
 
 
-@register("tree_grpo")
+@ESTIMATORS.register("tree_grpo", config=AdvantageConfig)
 def tree_grpo(trees, config):
     """Leaf success z-scored within its sub-tree (the bare rollout it branched from) plus across the
     prompt's whole tree, as Tree-GRPO's intra- and inter-tree advantages."""

@@ -29,10 +29,33 @@ class LearnerConfig:
       micro_batch: sequences per micro-batch (gradients accumulate over the batch).
     """
 
-    learning_rate: float = 1e-5
+    learning_rate: float = 1e-4
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     micro_batch: int = 8
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LearnerMetrics:
+    """What one learner step reports (host floats).
+
+    Attributes:
+      loss: the summed per-micro-batch loss.
+      clip_fraction, approx_kl, entropy: per trained token.
+      grad_norm: global gradient norm before clipping.
+      trained_tokens: tokens with a loss term.
+    """
+
+    loss: float
+    clip_fraction: float
+    approx_kl: float
+    entropy: float
+    grad_norm: float
+    trained_tokens: float
+
+    @classmethod
+    def from_device(cls, metrics: dict[str, jax.Array]) -> LearnerMetrics:
+        return cls(**{k: float(v) for k, v in jax.device_get(metrics).items()})
 
 
 def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
@@ -86,7 +109,7 @@ def _train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: o
     def loss_fn(p, micro):
         B, L = micro["tokens"].shape
         positions = jnp.broadcast_to(jnp.arange(L), (B, L))
-        logits, _, _ = forward(model_config, p, micro["tokens"], positions, attention_mask=micro["valid"])
+        logits = forward(model_config, p, micro["tokens"], positions, attention_mask=micro["valid"]).logits
         return loss_impl(logits, micro, loss_config, normalizer)
 
     def accumulate(carry, micro):
@@ -130,4 +153,4 @@ def sharded_train_step(mesh, model_config: ModelConfig, loss_config: LossConfig,
     b_sh = batch_sharding(mesh)
     step = jax.jit(functools.partial(_train_step, model_config, loss_config, optimizer),
                    in_shardings=(p_sh, o_sh, b_sh), out_shardings=(p_sh, o_sh, None), donate_argnums=(0, 1))
-    return step, params, opt_state
+    return (lambda p, o, batch: step(p, o, jax.device_put(batch, b_sh))), params, opt_state

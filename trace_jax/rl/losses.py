@@ -5,10 +5,11 @@ ratio taken against the sampler's own log-probs. Pure functions of logits and th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+
+from trace_jax.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -27,6 +28,12 @@ class LossConfig:
     aggregation: str = "token_mean"
     kl_coef: float = 0.0
     temperature: float = 1.0
+
+    def __post_init__(self):
+        if self.aggregation not in ("token_mean", "sequence_mean"):
+            raise ValueError(f"loss.aggregation must be 'token_mean' or 'sequence_mean', got {self.aggregation!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"loss.temperature must be > 0, got {self.temperature}")
 
 
 def token_logprobs(logits, targets, temperature: float):
@@ -65,12 +72,10 @@ def ppo_clip(logits, batch, config: LossConfig, normalizer):
     return loss, metrics
 
 
-LOSSES: dict[str, Callable] = {"ppo_clip": ppo_clip}
+# name -> loss(logits, batch, config, normalizer) -> (loss, metric sums)
+LOSSES: Registry = Registry("loss", "loss")
+LOSSES.register("ppo_clip", config=LossConfig)(ppo_clip)
 
 
 def get_loss(config: LossConfig):
-    if config.name not in LOSSES:
-        raise KeyError(f"unknown loss {config.name!r}; registered: {sorted(LOSSES)}")
-    if config.aggregation not in ("token_mean", "sequence_mean"):
-        raise ValueError(f"loss aggregation must be 'token_mean' or 'sequence_mean', got {config.aggregation!r}")
-    return LOSSES[config.name]
+    return LOSSES.entry(config.name).build

@@ -1,10 +1,12 @@
 """The host loop that grows rollout trees: all live branches of all trees decode one turn together.
 
-Per turn: one batched `decode` (or `tree_expand` for the first turn from the anchors), the
-whole batch's parsing and tool calls on the host, one `extend` with the observations; repeat
-until every branch is terminal. Branching from a turn boundary forks that rollout's cache row
-(`tree_expand` with `fork_lengths`): no history is ever re-prefilled. Every token generated or
-prefilled and every tool call goes into the step's `Ledger`.
+`expand` runs three phases per turn: fork (the first turn: `tree_expand` from the anchors' cache
+rows, cut back to their turn boundaries, so no history is ever re-prefilled) or decode (later
+turns), step the environments (the whole batch's parsing and tool calls on the host, new turn
+nodes in the trees), extend (one chunked prefill of the observations); until every branch is
+terminal. Trees hold data only; where each anchor's prefix lives (`PrefixRef`) and its forkable
+episode are the engine's table. Every token generated or prefilled and every tool call goes into
+the step's `Ledger`.
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from trace_jax.envs.protocol import Env, Task
+from trace_jax.envs.protocol import Env, Episode, Task
 from trace_jax.envs.render import ReactRenderer
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
-from trace_jax.rollout.tree import Ledger, RolloutTree
+from trace_jax.rollout.tree import Ledger, Node, RolloutTree
 from trace_jax.sampling import SamplingParams, decode, extend, start, tree_expand
 from trace_jax.sampling.state import SamplerState, concat_states
 
-TURN_STRIDE = 256  # row id = branch uid * TURN_STRIDE + turn: every turn of every branch has its own keys
+# Row id of a branch's turn = branch uid * TURN_STRIDE + turn: every turn of every branch draws its own
+# sampling keys. So an episode has at most MAX_TURNS turns (run_config checks task.max_turns).
+TURN_STRIDE = 256
+MAX_TURNS = TURN_STRIDE - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,11 +47,26 @@ def turn_sampling(sampling: SamplingParams, renderer: ReactRenderer) -> Sampling
     return dataclasses.replace(sampling, stop_ids=stops, return_entropy=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class PrefixRef:
+    """Where an anchor's prefix lives: the first `length` slots of row `row` of engine state `state`."""
+
+    state: int
+    row: int
+    length: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _AnchorHandle:
+    prefix: PrefixRef
+    episode: Episode  # the env episode at the boundary (forked per continuation)
+
+
 @dataclasses.dataclass
 class _Branch:
     tree: int
     node: int  # the last node on this branch's path
-    episode: object
+    episode: Episode
     uid: int
 
 
@@ -54,10 +74,13 @@ class RolloutEngine:
     """Sampler states and trees of one RL step; `roots` then any number of `expand` rounds."""
 
     def __init__(self, policy: Policy, env: Env, seed: int):
+        if env.limits.max_turns > MAX_TURNS:
+            raise ValueError(f"episode limit max_turns={env.limits.max_turns} exceeds the engine's {MAX_TURNS}")
         self.policy = dataclasses.replace(policy, sampling=turn_sampling(policy.sampling, policy.renderer))
         self.env, self.seed = env, seed
-        self.states: list[SamplerState] = []
         self.ledger = Ledger()
+        self._states: dict[int, SamplerState] = {}
+        self._anchors: dict[RolloutTree, dict[int, _AnchorHandle]] = {}  # tree -> node id -> handle
         self._uid = 0
 
     def roots(self, tasks: Sequence[Task]) -> list[RolloutTree]:
@@ -65,96 +88,118 @@ class RolloutEngine:
         p = self.policy
         prompts = [p.renderer.prompt(self.env.messages(task)) for task in tasks]
         state = start(p.config, p.params, prompts, reserve=p.sampling.max_new_tokens)
-        hidden = np.asarray(jax.device_get(state.hidden))
-        sid = len(self.states)
-        self.states.append(state)
+        sid = self._store(state)
+        hidden, lengths = jax.device_get((state.hidden, state.cache.lengths))
         self.ledger.tokens_prefilled += sum(map(len, prompts))
         trees = []
         for row, (task, prompt) in enumerate(zip(tasks, prompts)):
             tree = RolloutTree(task, prompt)
-            tree.root.boundary = (sid, row, len(prompt))
-            tree.root.hidden = hidden[row]
-            tree.root.episode = self.env.start(task)
+            tree.mark_anchor(0, prefix_length=int(lengths[row]), hidden=np.asarray(hidden[row]))
+            self._anchors[tree] = {0: _AnchorHandle(PrefixRef(sid, row, int(lengths[row])), self.env.start(task))}
             trees.append(tree)
         return trees
 
     def expand(self, trees: list[RolloutTree], anchors: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
         """Samples k continuations from each anchor (tree index, node id, k), each run to a terminal
         state. Returns the (tree, leaf) pairs created."""
-        p = self.policy
-        branches, sources = [], []
-        for tree_index, node_id, k in anchors:
-            node = trees[tree_index].nodes[node_id]
-            if node.terminal or node.boundary is None:
-                raise ValueError(f"tree {tree_index} node {node_id} is not an anchor (terminal or never decoded)")
-            node.expanded += k
-            for _ in range(k):
-                branches.append(_Branch(tree_index, node_id, node.episode.fork(), self._uid))
-                sources.append(node.boundary)
-                self._uid += 1
+        branches, sources = self._branches(trees, anchors)
         if not branches:
             return []
-        self.ledger.rollouts_started += len(branches)
-        used = sorted({sid for sid, _, _ in sources})
-        offsets, total = {}, 0
-        for sid in used:
-            offsets[sid] = total
-            total += self.states[sid].batch_size
-        merged = concat_states([self.states[sid] for sid in used])
-        parents = [offsets[sid] + row for sid, row, _ in sources]
-        lengths = [length for _, _, length in sources]
-        self.ledger.tokens_prefilled += len(branches)  # each fork re-feeds its boundary's last token
-        gen, state = tree_expand(p.config, p.params, merged, parents, p.sampling, seed=self.seed,
-                                 row_ids=self._row_ids(branches, trees), fork_lengths=lengths)
-        sid = len(self.states)
-        self.states.append(state)  # placeholder; replaced by the final state below
+        sid = len(self._states)  # where these branches' state is stored once they all finished
+        gen, state = self._fork(trees, branches, sources)
         live = [True] * len(branches)
-        row_length = list(lengths)
-        leaves = []
+        leaves: list[tuple[int, int]] = []
         while True:
-            observations: list[list[int]] = [[] for _ in branches]
-            new_nodes = {}
-            for i, branch in enumerate(branches):
-                if not live[i]:
-                    continue
-                n = int(gen.lengths[i])
-                tokens = gen.tokens[i, :n].tolist()
-                tree = trees[branch.tree]
-                result = branch.episode.step(p.renderer.decode_turn(tokens), num_tokens=n)
-                self.ledger.tokens_generated += n
-                node = tree.add(branch.node, tokens=tokens, logprobs=gen.logprobs[i, :n].tolist(),
-                                entropy=gen.entropy[i, :n].tolist(), tool_calls=branch.episode.tool_calls)
-                branch.node = node.id
-                row_length[i] += n
-                if result.done:
-                    node.terminal, node.reward, node.success = True, result.reward, result.success
-                    live[i] = False
-                    self.ledger.rollouts_finished += 1
-                    leaves.append((branch.tree, node.id))
-                    continue
-                obs = p.renderer.observation(result.observation)
-                node.observation = obs
-                observations[i] = obs
-                row_length[i] += len(obs)
-                node.boundary = (sid, i, row_length[i])
-                node.episode = branch.episode.fork()
-                new_nodes[i] = node
-                self.ledger.tokens_prefilled += len(obs)
-            self.ledger.tool_calls = sum(self._tool_calls(t) for t in trees)
+            observations, boundaries = self._step_envs(trees, branches, gen, live, leaves)
             if not any(live):
                 break
-            state = extend(p.config, p.params, state, observations)
-            hidden = np.asarray(jax.device_get(state.hidden))
-            for i, node in new_nodes.items():
-                node.hidden = hidden[i]
-            gen, state = decode(p.config, p.params, state, p.sampling, seed=self.seed,
+            state = self._extend(trees, branches, state, observations, boundaries, sid)
+            gen, state = decode(self.policy.config, self.policy.params, state, self.policy.sampling, seed=self.seed,
                                 row_ids=self._row_ids(branches, trees), active=live)
-        self.states[sid] = state
+        self._states[sid] = state
         return leaves
 
-    @staticmethod
-    def _tool_calls(tree: RolloutTree) -> int:
-        return sum(max(0, n.tool_calls - tree.nodes[n.parent].tool_calls) for n in tree.nodes[1:])
+    def episode_at(self, tree: RolloutTree, node_id: int) -> Episode:
+        """The env episode kept at an anchor (read-only use: continuations fork it)."""
+        return self._anchors[tree][node_id].episode
+
+    def prefix_of(self, tree: RolloutTree, node_id: int) -> PrefixRef:
+        """Where an anchor's prefix lives in this engine's sampler states."""
+        return self._anchors[tree][node_id].prefix
+
+    # --- phases of `expand` ---------------------------------------------------------------------
+
+    def _branches(self, trees, anchors) -> tuple[list[_Branch], list[PrefixRef]]:
+        branches, sources = [], []
+        for tree_index, node_id, k in anchors:
+            tree = trees[tree_index]
+            handle = self._anchors.get(tree, {}).get(node_id)
+            if handle is None or not tree.is_anchor(node_id):
+                raise ValueError(f"tree {tree_index} node {node_id} is not an anchor (terminal or never decoded)")
+            tree.nodes[node_id].expanded += k
+            for _ in range(k):
+                branches.append(_Branch(tree_index, node_id, handle.episode.fork(), self._uid))
+                sources.append(handle.prefix)
+                self._uid += 1
+        return branches, sources
+
+    def _fork(self, trees, branches, sources):
+        """The first turn of every branch: one gather of the anchors' rows, cut to their boundaries."""
+        p = self.policy
+        used = sorted({ref.state for ref in sources})
+        offsets = dict(zip(used, np.cumsum([0] + [self._states[s].batch_size for s in used[:-1]])))
+        merged = concat_states([self._states[s] for s in used])
+        self.ledger.rollouts_started += len(branches)
+        self.ledger.tokens_prefilled += len(branches)  # each fork re-feeds its boundary's last token
+        return tree_expand(p.config, p.params, merged, [int(offsets[r.state]) + r.row for r in sources], p.sampling,
+                           seed=self.seed, row_ids=self._row_ids(branches, trees),
+                           fork_lengths=[r.length for r in sources])
+
+    def _step_envs(self, trees, branches, gen, live, leaves):
+        """Parses every live branch's new turn, runs its tool, adds its node; returns the observation
+        ids per branch ([] when none) and the nodes that became turn boundaries."""
+        p = self.policy
+        observations: list[list[int]] = [[] for _ in branches]
+        boundaries: dict[int, Node] = {}
+        for i, branch in enumerate(branches):
+            if not live[i]:
+                continue
+            n = int(gen.lengths[i])
+            tokens = gen.tokens[i, :n].tolist()
+            tree = trees[branch.tree]
+            result = branch.episode.step(p.renderer.decode_turn(tokens), num_tokens=n)
+            self.ledger.tokens_generated += n
+            node = tree.add(branch.node, tokens=tokens, logprobs=gen.logprobs[i, :n].tolist(),
+                            entropy=gen.entropy[i, :n].tolist(), tool_calls=branch.episode.tool_calls)
+            branch.node = node.id
+            if result.done:
+                node.terminal, node.reward, node.success = True, result.reward, result.success
+                live[i] = False
+                self.ledger.rollouts_finished += 1
+                leaves.append((branch.tree, node.id))
+                continue
+            node.observation = observations[i] = p.renderer.observation(result.observation)
+            boundaries[i] = node
+            self.ledger.tokens_prefilled += len(node.observation)
+        self.ledger.tool_calls = sum(t.tool_calls() for t in trees)
+        return observations, boundaries
+
+    def _extend(self, trees, branches, state, observations, boundaries, sid):
+        """Prefills the observations; each new boundary becomes an anchor (prefix, hidden, episode)."""
+        p = self.policy
+        state = extend(p.config, p.params, state, observations)
+        hidden, lengths = jax.device_get((state.hidden, state.cache.lengths))
+        for i, node in boundaries.items():
+            tree = trees[branches[i].tree]
+            tree.mark_anchor(node.id, prefix_length=int(lengths[i]), hidden=np.asarray(hidden[i]))
+            self._anchors[tree][node.id] = _AnchorHandle(PrefixRef(sid, i, int(lengths[i])),
+                                                         branches[i].episode.fork())
+        return state
+
+    def _store(self, state: SamplerState) -> int:
+        sid = len(self._states)
+        self._states[sid] = state
+        return sid
 
     @staticmethod
     def _row_ids(branches, trees) -> list[int]:

@@ -10,15 +10,14 @@ how much of the bought contrast is usable.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
 import numpy as np
 
 
 @dataclasses.dataclass
 class Node:
-    """A turn (or the root, id 0). Token fields are host lists; `boundary` locates the prefix
-    after this node's observation in a sampler state: (state id, row, length)."""
+    """A turn (or the root, id 0): data only. Token fields are host lists. A non-terminal node whose
+    observation has been prefilled is an anchor: its prefix H_t has `prefix_length` tokens and the
+    policy's `hidden` state at its end (where the prefix lives in a sampler is the engine's business)."""
 
     id: int
     parent: int | None
@@ -32,9 +31,8 @@ class Node:
     reward: float = 0.0
     success: bool = False
     tool_calls: int = 0  # tool calls made up to and including this turn
-    boundary: tuple[int, int, int] | None = None
+    prefix_length: int | None = None  # tokens of the prefix ending after this node's observation
     hidden: np.ndarray | None = None  # policy hidden state at the boundary (predictor feature)
-    episode: Any = None  # forkable env episode state at the boundary
     expanded: int = 0  # continuations sampled from this node as an anchor (beyond its first path)
 
 
@@ -52,6 +50,20 @@ class RolloutTree:
         self.nodes.append(node)
         self.nodes[parent].children.append(node.id)
         return node
+
+    def mark_anchor(self, node_id: int, *, prefix_length: int, hidden: np.ndarray) -> None:
+        """Records that the prefix after `node_id` was prefilled: its length and final hidden state."""
+        node = self.nodes[node_id]
+        node.prefix_length, node.hidden = prefix_length, hidden
+
+    def is_anchor(self, node_id: int) -> bool:
+        """Continuations can be sampled from this node: not terminal, its prefix prefilled."""
+        node = self.nodes[node_id]
+        return not node.terminal and node.prefix_length is not None
+
+    def tool_calls(self) -> int:
+        """Tool calls made in the whole tree (each turn's own, not the running count)."""
+        return sum(max(0, n.tool_calls - self.nodes[n.parent].tool_calls) for n in self.nodes[1:])
 
     def path(self, node_id: int) -> list[Node]:
         """Root ... node."""
@@ -112,11 +124,8 @@ class Ledger:
     tokens_prefilled: int = 0
     tool_calls: int = 0
 
-    def add(self, other: Ledger) -> Ledger:
+    def __add__(self, other: Ledger) -> Ledger:
         return Ledger(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
-
-    def as_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
 
 
 def step_statistics(trees: list[RolloutTree], advantages: list[np.ndarray] | None = None) -> dict[str, float]:

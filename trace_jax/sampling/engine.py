@@ -10,7 +10,6 @@ per-token host syncs. Randomness of row r at its t-th new token is
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -25,7 +24,6 @@ from trace_jax.sampling.select import SamplingParams, select
 from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, empty_state, gather_rows, grow,
                                       length_bucket)
 
-TRACES: collections.Counter = collections.Counter()  # program name -> times traced (tests guard recompiles)
 MAX_CHUNK = 512
 
 
@@ -60,13 +58,14 @@ def _append_body(config: ModelConfig, params: Params, state: SamplerState, token
     B, C = tokens.shape
     lengths = state.cache.lengths
     slots = lengths[:, None] + jnp.arange(C)[None, :]
-    _, hidden, cache = forward(config, params, tokens, slots, state.cache, mask, return_logits=False)
+    fed = forward(config, params, tokens, slots, state.cache, mask, return_logits=False)
+    hidden = fed.hidden
     count = mask.sum(axis=1)
     last_hidden = hidden[jnp.arange(B), jnp.maximum(count - 1, 0)]
     logits = unembed(config, params, last_hidden).astype(jnp.float32)
     changed = (count > 0)[:, None]
     return SamplerState(
-        cache=cache,
+        cache=fed.cache,
         tokens=state.tokens.at[jnp.arange(B)[:, None], slots].set(tokens, mode="drop"),
         logits=jnp.where(changed, logits, state.logits),
         hidden=jnp.where(changed, last_hidden, state.hidden),
@@ -75,22 +74,21 @@ def _append_body(config: ModelConfig, params: Params, state: SamplerState, token
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
 def _append(config, params, state, tokens, mask):
-    TRACES["append"] += 1
     return _append_body(config, params, state, tokens, mask)
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
 def _rewind(config, params, state, lengths):
     """Cuts each row back to `lengths` tokens and recomputes its logits/hidden from the kept last token."""
-    TRACES["rewind"] += 1
     last = jnp.take_along_axis(state.tokens, (lengths - 1)[:, None], axis=1)
     state = state.replace(cache=state.cache.replace(lengths=lengths - 1))
     return _append_body(config, params, state, last, jnp.ones_like(last, bool))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
-def _decode(config: ModelConfig, sampling: SamplingParams, params: Params, state: SamplerState, row_keys, active):
-    TRACES["decode"] += 1
+def _decode(config: ModelConfig, sampling: SamplingParams, params: Params, state: SamplerState, seed, row_ids,
+            active):
+    row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(jax.random.key(seed), row_ids)
     B, N = state.batch_size, sampling.max_new_tokens
     stop_ids = jnp.asarray(sampling.stop_ids or (-1,), jnp.int32)
     rows = jnp.arange(B)
@@ -121,12 +119,12 @@ def _decode(config: ModelConfig, sampling: SamplingParams, params: Params, state
         out["stopped"] = out["stopped"] | hit_stop
         # Feed the token (stop tokens too): the cache then holds the whole turn and `hidden` is at its end.
         lengths = state.cache.lengths
-        logits, hidden, cache = forward(config, params, token[:, None], lengths[:, None], state.cache, live[:, None])
+        fed = forward(config, params, token[:, None], lengths[:, None], state.cache, live[:, None])
         state = SamplerState(
-            cache=cache,
+            cache=fed.cache,
             tokens=state.tokens.at[rows, lengths].set(token, mode="drop"),
-            logits=jnp.where(live[:, None], logits[:, 0].astype(jnp.float32), state.logits),
-            hidden=jnp.where(live[:, None], hidden[:, 0], state.hidden),
+            logits=jnp.where(live[:, None], fed.logits[:, 0].astype(jnp.float32), state.logits),
+            hidden=jnp.where(live[:, None], fed.hidden[:, 0], state.hidden),
         )
         done = done | hit_stop | (out["lengths"] >= N)
         return t + 1, state, out, done
@@ -180,7 +178,7 @@ def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens:
             piece = toks[begin:begin + width]
             chunk[i, : len(piece)] = piece
             mask[i, : len(piece)] = True
-        state = _append(config, params, state, jnp.asarray(chunk), jnp.asarray(mask))
+        state = _append(config, params, state, *jax.device_put((chunk, mask)))
     return state
 
 
@@ -200,8 +198,8 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
         state = ensure_capacity(state, int(lengths[live].max()) + sampling.max_new_tokens)
     ids = np.zeros(state.batch_size, np.uint32)
     ids[:n] = np.asarray(row_ids, np.uint32)
-    row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(jax.random.key(seed), jnp.asarray(ids))
-    out, state = _decode(config, sampling, params, state, row_keys, jnp.asarray(live))
+    seed_ids_live = jax.device_put((np.uint32(seed), ids, live))  # the call's only host-to-device transfer
+    out, state = _decode(config, sampling, params, state, *seed_ids_live)
     out, hidden = jax.device_get((out, state.hidden))
     result = Generation(
         tokens=out["tokens"][:n], logprobs=out["logprobs"][:n],
@@ -235,7 +233,7 @@ def tree_expand(config: ModelConfig, params: Params, prefixes: SamplerState | Se
         prefixes = start(config, params, prefixes, reserve=sampling.max_new_tokens)
     index = np.zeros(batch_bucket(len(parent_index)), np.int32)
     index[: len(parent_index)] = parent_index
-    branches = gather_rows(prefixes, jnp.asarray(index))
+    branches = gather_rows(prefixes, jax.device_put(index))
     if fork_lengths is not None:
         cut = _host_lengths(branches)
         cut[: len(fork_lengths)] = fork_lengths
@@ -243,5 +241,5 @@ def tree_expand(config: ModelConfig, params: Params, prefixes: SamplerState | Se
         if (cut < 1).any() or (cut > have).any():
             raise ValueError(f"fork_lengths must lie in [1, parent length]; got {list(fork_lengths)} "
                              f"for parents of lengths {have[: len(fork_lengths)].tolist()}")
-        branches = _rewind(config, params, branches, jnp.asarray(cut, jnp.int32))
+        branches = _rewind(config, params, branches, jax.device_put(cut.astype(np.int32)))
     return decode(config, params, branches, sampling, seed=seed, row_ids=row_ids)

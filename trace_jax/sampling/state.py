@@ -13,6 +13,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from trace_jax.models.cache import KVCache, init_cache
@@ -35,7 +36,9 @@ class SamplerState:
         return self.tokens.shape[1]
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def empty_state(config: ModelConfig, batch: int, capacity: int) -> SamplerState:
+    """`batch` empty rows of `capacity` slots, created on device (no host transfer)."""
     return SamplerState(
         cache=init_cache(config, batch, capacity),
         tokens=jnp.zeros((batch, capacity), jnp.int32),
@@ -91,5 +94,6 @@ def concat_states(states: list[SamplerState]) -> SamplerState:
     rows = merged.batch_size
     if rows == batch_bucket(rows):
         return merged
-    index = jnp.zeros((batch_bucket(rows),), jnp.int32).at[:rows].set(jnp.arange(rows))  # pad rows copy row 0
-    return gather_rows(merged, index)
+    index = np.zeros((batch_bucket(rows),), np.int32)  # pad rows copy row 0
+    index[:rows] = np.arange(rows)
+    return gather_rows(merged, jax.device_put(index))

@@ -1,27 +1,41 @@
-"""Every allocator spends exactly the configured budget and keeps its own bookkeeping right."""
+"""Every registered allocator spends exactly the configured budget and keeps its own bookkeeping right;
+TRACE's ablations are its root policy and prefix chooser swapped."""
 
 import json
 
 import numpy as np
 import pytest
 
-from trace_jax.allocation import solvers, strategies
-from trace_jax.allocation.predictor import NUM_SCALARS
-from trace_jax.allocation.strategies import BudgetConfig, knapsack_values, task_key
+from trace_jax import allocation
+from trace_jax.allocation import ALLOCATORS, BudgetConfig, solvers
+from trace_jax.allocation.base import task_key
+from trace_jax.allocation.baselines import knapsack_values
+from trace_jax.allocation.predictor import NUM_SCALARS, SuccessPredictor
+from trace_jax.allocation.trace import TraceConfig
+from trace_jax.registry import RegistryError
 from trace_jax.rollout.agent_loop import RolloutEngine
 
 BUDGET = BudgetConfig(rollouts=12, prompts=3, candidates=6, m_min=2, m_max=4, root_fraction=0.5)
 
 
+def _predictor(tiny_setup, seed=0):
+    return SuccessPredictor(tiny_setup.config.hidden_size + NUM_SCALARS, seed=seed)
+
+
+def _make(tiny_setup, config, budget=BUDGET, seed=0):
+    name = config if isinstance(config, str) else config.name
+    predictor = _predictor(tiny_setup, seed) if allocation.uses_predictor(name) else None
+    return allocation.make(config, budget, seed=seed, predictor=predictor)
+
+
 def _run(tiny_setup, name, budget=BUDGET, seed=0):
-    config = tiny_setup["config"]
-    alloc = strategies.make(name, budget, seed=seed, feature_dim=config.hidden_size + NUM_SCALARS)
-    engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=seed)
-    pool = tiny_setup["source"].tasks("train")[: alloc.pool_size]
+    alloc = _make(tiny_setup, name, budget, seed)
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=seed)
+    pool = tiny_setup.source.tasks("train")[: alloc.pool_size]
     return alloc, engine, alloc.step(engine, pool)
 
 
-@pytest.mark.parametrize("name", sorted(strategies.REGISTRY))
+@pytest.mark.parametrize("name", ALLOCATORS.names())
 def test_ledger_matches_the_budget_and_trees_are_complete(tiny_setup, name):
     _, engine, outcome = _run(tiny_setup, name)
     ledger = engine.ledger
@@ -45,17 +59,17 @@ def test_mopps_posterior_is_the_beta_update(tiny_setup):
     for tree in outcome.trees:
         s = sum(n.success for n in tree.leaves())
         n = len(tree.leaves())
-        assert alloc.posterior[task_key(tree.task)] == [1.0 + s, 1.0 + n - s]
-    restored = strategies.make("mopps", BUDGET)
+        assert alloc.history[task_key(tree.task)] == [1.0 + s, 1.0 + n - s]
+    restored = allocation.make("mopps", BUDGET)
     restored.load_host_state(json.loads(json.dumps(alloc.host_state())))
-    assert restored.posterior == alloc.posterior
+    assert restored.history == alloc.history
 
 
 def test_knapsack_allocation_is_its_dp():
-    alloc = strategies.make("knapsack", BudgetConfig(rollouts=10, prompts=4, candidates=4, m_min=2, m_max=4))
+    alloc = allocation.make("knapsack", BudgetConfig(rollouts=10, prompts=4, candidates=4, m_min=2, m_max=4))
     pool = [type("T", (), {"id": f"t{i}"})() for i in range(4)]
     rates = [0.5, 0.1, 0.9, 0.3]
-    alloc.success_rate = {task_key(t): r for t, r in zip(pool, rates)}
+    alloc.history = {task_key(t): [r] for t, r in zip(pool, rates)}
     m = alloc.allocation(pool)
     table = knapsack_values(np.array(rates), 4)
     best = solvers.brute_force(table, 10, m_min=2, m_max=4, max_items=4)
@@ -65,10 +79,10 @@ def test_knapsack_allocation_is_its_dp():
 
 def test_trace_state_round_trips(tiny_setup):
     alloc, _, outcome = _run(tiny_setup, "trace")
-    assert "predictor_brier" in outcome.stats
-    other = strategies.make("trace", BUDGET, feature_dim=tiny_setup["config"].hidden_size + NUM_SCALARS, seed=3)
+    assert outcome.calibration is not None and outcome.calibration.n > 0
+    other = _make(tiny_setup, "trace", seed=3)
     other.load_state(alloc.state())
-    x = np.random.default_rng(0).normal(size=(4, tiny_setup["config"].hidden_size + NUM_SCALARS))
+    x = np.random.default_rng(0).normal(size=(4, tiny_setup.config.hidden_size + NUM_SCALARS))
     np.testing.assert_allclose(other.predictor.predict(x), alloc.predictor.predict(x))
 
 
@@ -82,29 +96,32 @@ def test_bad_budget_names_the_field(bad, field):
 
 
 def test_unknown_allocator_is_named():
-    with pytest.raises(KeyError, match="nope"):
-        strategies.make("nope", BUDGET)
+    with pytest.raises(RegistryError, match="nope"):
+        allocation.make("nope", BUDGET)
+
+
+def test_an_allocator_that_steers_by_a_predictor_requires_one():
+    with pytest.raises(ValueError, match="trace allocator steers by a SuccessPredictor"):
+        allocation.make("trace", BUDGET)
 
 
 def test_trace_stage1_only_spends_everything_at_the_roots(tiny_setup):
-    config = tiny_setup["config"]
-    alloc = strategies.make("trace", BUDGET, feature_dim=config.hidden_size + NUM_SCALARS, stages="roots")
-    engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=0)
-    outcome = alloc.step(engine, tiny_setup["source"].tasks("train")[: alloc.pool_size])
-    assert engine.ledger.rollouts_started == BUDGET.rollouts == outcome.stats["budget_spent"]
+    alloc = _make(tiny_setup, TraceConfig(prefixes="none"))
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=0)
+    outcome = alloc.step(engine, tiny_setup.source.tasks("train")[: alloc.pool_size])
+    assert engine.ledger.rollouts_started == BUDGET.rollouts == outcome.budget_spent
     assert sum(len(t.root.children) for t in outcome.trees) == BUDGET.rollouts  # no prefix was branched
     assert all(len(n.children) <= 1 for t in outcome.trees for n in t.nodes[1:])
 
 
 def test_trace_stage2_only_takes_uniform_roots_then_branches(tiny_setup):
-    config = tiny_setup["config"]
-    alloc = strategies.make("trace", BUDGET, feature_dim=config.hidden_size + NUM_SCALARS, stages="prefixes")
-    engine = RolloutEngine(tiny_setup["policy"], tiny_setup["env"], seed=0)
-    pool = tiny_setup["source"].tasks("train")[: alloc.pool_size]
+    alloc = _make(tiny_setup, TraceConfig(roots="uniform"))
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=0)
+    pool = tiny_setup.source.tasks("train")[: alloc.pool_size]
     outcome = alloc.step(engine, pool)
     assert [t.task.id for t in outcome.trees] == [t.id for t in pool[: BUDGET.prompts]]
     assert engine.ledger.rollouts_started == BUDGET.rollouts
     first_chains = [sum(1 for c in t.root.children) for t in outcome.trees]
     assert sum(first_chains) >= BUDGET.root_budget  # roots got spread(root_budget, B) (+ any leftover)
-    with pytest.raises(ValueError, match="stages"):
-        strategies.make("trace", BUDGET, feature_dim=config.hidden_size + NUM_SCALARS, stages="neither")
+    with pytest.raises(ValueError, match="allocator.roots"):
+        TraceConfig(roots="neither")

@@ -1,0 +1,53 @@
+"""Typed records: a StepRecord survives its JSON line (NaN included), the writer's steps.jsonl reads
+back last-wins per step, and TensorBoard gets flat finite scalars."""
+
+import dataclasses
+import json
+import math
+
+from trace_jax.allocation.calibration import Calibration
+from trace_jax.metrics import MetricWriter
+from trace_jax.records import CheckpointRecord, StepRecord, read_steps
+from trace_jax.rl.learner import LearnerMetrics
+from trace_jax.testing import step_record
+
+
+def _full(step=3):
+    record = step_record(step, started=12, discarded=4, trees=2, tokens=77, spent=11.5)
+    return dataclasses.replace(
+        record, calibration=Calibration(brier=0.2, ece=0.1, auc=float("nan"), n=5), predictor_loss=0.6,
+        learner=LearnerMetrics(loss=0.1, clip_fraction=0.0, approx_kl=1e-3, entropy=2.0, grad_norm=0.5,
+                               trained_tokens=70.0), groups_sampled=4)
+
+
+def test_a_step_record_round_trips_through_its_json_line():
+    record = _full()
+    line = json.dumps(record.to_json())  # strict JSON: NaN became null
+    assert "NaN" not in line
+    back = StepRecord.from_json(json.loads(line))
+    assert math.isnan(back.calibration.auc)
+    assert dataclasses.replace(back, calibration=None) == dataclasses.replace(record, calibration=None)
+    assert back.ledger.rollouts_discarded == 4 and back.trees.leaves == 8
+    assert StepRecord.from_json(json.loads(json.dumps(step_record(1).to_json()))) == step_record(1)
+
+
+def test_the_writer_logs_records_that_read_back_last_wins(tmp_path):
+    writer = MetricWriter(str(tmp_path))
+    for record in (step_record(1, tokens=10), step_record(2, tokens=20), step_record(2, tokens=30)):
+        writer.write_step(record)  # a run resumed before step 2 logs it again
+    writer.close()
+    steps = read_steps(str(tmp_path))
+    assert [r.step for r in steps] == [1, 2] and steps[1].ledger.tokens_generated == 30
+    assert read_steps(str(tmp_path / "nothing")) == []
+
+
+def test_scalars_are_flat_and_finite():
+    scalars = _full().scalars()
+    assert scalars["ledger/rollouts_started"] == 12 and scalars["learner/loss"] == 0.1
+    assert scalars["budget_spent"] == 11.5 and "calibration/auc" not in scalars and "step" not in scalars
+
+
+def test_checkpoint_record_round_trips():
+    record = CheckpointRecord(step=5, data_position=160, after_sft={"accuracy": 0.5}, allocator={"rng": {}},
+                              settings={"seed": 0})
+    assert CheckpointRecord.from_json(json.loads(json.dumps(record.to_json()))) == record

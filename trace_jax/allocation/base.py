@@ -1,0 +1,130 @@
+"""The allocator interface (METHOD.md section 7): the registry, the base class, what a step returns,
+and the moves every allocator shares (sample bare rollouts at roots, spend a leftover on roots).
+
+An allocator receives the step's candidate prompts and a `RolloutEngine`, decides where the step's
+rollout budget goes (which prompts, how many rollouts each, which prefixes to branch), and returns
+the trees to train on; the engine's ledger records every rollout, token and tool call. State that
+must survive a restart (posteriors, success rates, the predictor) is checkpointed.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from trace_jax.allocation.budget import BudgetConfig, spread
+from trace_jax.allocation.calibration import Calibration
+from trace_jax.allocation.predictor import SuccessPredictor
+from trace_jax.envs.protocol import Task
+from trace_jax.registry import Registry
+from trace_jax.rollout.agent_loop import RolloutEngine
+from trace_jax.rollout.tree import RolloutTree
+
+ALLOCATORS: Registry = Registry("allocator", "allocator")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AllocatorConfig:
+    """Attributes:
+      name: a registered allocator (its own options, if any, extend this class).
+    """
+
+    name: str = "trace"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepOutcome:
+    """What one allocator step produced.
+
+    Attributes:
+      trees: what the learner trains on.
+      budget_spent: budget units spent (rollout-equivalents with unit="tokens"); None = rollouts started.
+      groups_sampled: prompts rolled out before filtering (dapo); None where nothing is filtered.
+      calibration: the predictor scored on the outcomes its own allocation caused (trace).
+      predictor_loss: the predictor's training loss after this step's update (trace).
+    """
+
+    trees: list[RolloutTree]
+    budget_spent: float | None = None
+    groups_sampled: int | None = None
+    calibration: Calibration | None = None
+    predictor_loss: float | None = None
+
+
+def make(config: AllocatorConfig | str, budget: BudgetConfig, *, seed: int = 0,
+         predictor: SuccessPredictor | None = None) -> Allocator:
+    """Builds a registered allocator (a name means its default config)."""
+    if isinstance(config, str):
+        config = ALLOCATORS.entry(config).config(name=config)
+    return ALLOCATORS.make(config, budget=budget, seed=seed, predictor=predictor)
+
+
+def uses_predictor(name: str) -> bool:
+    """Whether the allocator registered as `name` steers by a shared success predictor."""
+    return ALLOCATORS.entry(name).build.uses_predictor
+
+
+def task_key(task: Task) -> int:
+    return int(hashlib.sha256(task.id.encode()).hexdigest()[:15], 16)
+
+
+def leaf_success(tree: RolloutTree) -> tuple[int, int]:
+    leaves = tree.leaves()
+    return sum(n.success for n in leaves), len(leaves)
+
+
+def sample_roots(engine: RolloutEngine, tasks: Sequence[Task], counts: Sequence[int]) -> list[RolloutTree]:
+    """Bare rollouts: counts[i] from task i's root; returns the trees of the tasks with counts > 0."""
+    trees = engine.roots(tasks)
+    engine.expand(trees, [(i, 0, int(k)) for i, k in enumerate(counts) if k > 0])
+    return [t for t, k in zip(trees, counts) if k > 0]
+
+
+def spend_leftover(engine: RolloutEngine, trees: list[RolloutTree], rollouts: int) -> None:
+    """Budget no branch point took goes to the roots, spread over the trees."""
+    if rollouts > 0:
+        engine.expand(trees, [(i, 0, k) for i, k in enumerate(spread(rollouts, len(trees))) if k])
+
+
+class Allocator(abc.ABC):
+    """Base of every allocator. Subclasses set `chooses_prompts` (offered C candidates, else B
+    prompts) and `uses_predictor` (built with the trainer's shared `SuccessPredictor`)."""
+
+    chooses_prompts = False
+    uses_predictor = False
+
+    def __init__(self, config: AllocatorConfig, budget: BudgetConfig, *, seed: int = 0,
+                 predictor: SuccessPredictor | None = None):
+        if self.uses_predictor and predictor is None:
+            raise ValueError(f"the {config.name} allocator steers by a SuccessPredictor: pass predictor=...")
+        self.config, self.budget, self.rng = config, budget, np.random.default_rng(seed)
+
+    @property
+    def pool_size(self) -> int:
+        return self.budget.candidates if self.chooses_prompts else self.budget.prompts
+
+    @abc.abstractmethod
+    def step(self, engine: RolloutEngine, pool: Sequence[Task]) -> StepOutcome:
+        """Spends the step's budget on `pool` and returns the trees to train on."""
+
+    def state(self) -> dict:
+        """Array state to checkpoint with orbax (e.g. the predictor)."""
+        return {}
+
+    def load_state(self, state: dict, host: dict | None = None) -> None:
+        pass
+
+    def host_state(self) -> dict:
+        """Small JSON-able state to checkpoint (RNG, posteriors, success rates)."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_host_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+    def state_template(self, host: dict) -> dict:
+        """The array structure of `state()` as checkpointed with this host state."""
+        return self.state()

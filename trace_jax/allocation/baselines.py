@@ -1,0 +1,125 @@
+"""The allocators that choose prompts or rollouts per prompt but never branch: `grpo`, `dapo`,
+`mopps`, `knapsack` (METHOD.md section 7)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trace_jax.allocation import solvers
+from trace_jax.allocation.base import ALLOCATORS, Allocator, AllocatorConfig, StepOutcome, leaf_success, sample_roots
+from trace_jax.allocation.base import task_key
+from trace_jax.allocation.budget import spread
+
+
+@ALLOCATORS.register("grpo", config=AllocatorConfig)
+class GRPO(Allocator):
+    """B prompts as given, M/B rollouts each."""
+
+    def step(self, engine, pool):
+        b = self.budget
+        return StepOutcome(trees=sample_roots(engine, pool[: b.prompts], spread(b.rollouts, b.prompts)))
+
+
+@ALLOCATORS.register("dapo", config=AllocatorConfig)
+class DAPO(Allocator):
+    """Dynamic sampling: roll groups of M/B, drop groups with all-equal outcomes, refill from the pool
+    until B mixed groups or the budget is spent. Discarded rollouts still count."""
+
+    chooses_prompts = True
+
+    def step(self, engine, pool):
+        b = self.budget
+        group = max(b.m_min, b.rollouts // b.prompts)
+        kept, spent, index = [], 0, 0
+        while len(kept) < b.prompts and spent + group <= b.rollouts and index < len(pool):
+            n = min(b.prompts - len(kept), (b.rollouts - spent) // group, len(pool) - index)
+            trees = sample_roots(engine, pool[index:index + n], [group] * n)
+            index, spent = index + n, spent + n * group
+            for tree in trees:
+                if tree.is_mixed():
+                    kept.append(tree)
+                else:
+                    engine.ledger.rollouts_discarded += group
+        return StepOutcome(trees=kept, groups_sampled=index)
+
+
+class _PerPromptHistory(Allocator):
+    """An allocator that keeps one small JSON-able record per prompt it has seen (`self.history`)."""
+
+    history_key = "history"
+
+    def __init__(self, config, budget, **kwargs):
+        super().__init__(config, budget, **kwargs)
+        self.history: dict[int, list[float]] = {}
+
+    def host_state(self):
+        return {**super().host_state(), self.history_key: [[k, *v] for k, v in sorted(self.history.items())]}
+
+    def load_host_state(self, state):
+        super().load_host_state(state)
+        self.history = {int(k): [float(x) for x in v] for k, *v in state[self.history_key]}
+
+
+@ALLOCATORS.register("mopps", config=AllocatorConfig)
+class MoPPS(_PerPromptHistory):
+    """Per-prompt Beta posteriors (prior Beta(1, 1)); Thompson-sample the pool, keep the B samples
+    closest to 0.5; update with the observed successes. `history`: key -> [a, b]."""
+
+    chooses_prompts = True
+    history_key = "posterior"
+
+    def step(self, engine, pool):
+        b = self.budget
+        params = np.array([self.history.get(task_key(t), [1.0, 1.0]) for t in pool])
+        draws = self.rng.beta(params[:, 0], params[:, 1])
+        chosen = np.argsort(np.abs(draws - 0.5), kind="stable")[: b.prompts]
+        tasks = [pool[i] for i in chosen]
+        trees = sample_roots(engine, tasks, spread(b.rollouts, len(tasks)))
+        for task, tree in zip(tasks, trees):
+            s, n = leaf_success(tree)
+            a, bb = self.history.get(task_key(task), [1.0, 1.0])
+            self.history[task_key(task)] = [a + s, bb + n - s]
+        return StepOutcome(trees=trees)
+
+
+def knapsack_values(p: np.ndarray, n_max: int) -> np.ndarray:
+    """Knapsack-RL value of N rollouts: P(mixed) x p (1 - p)^2 (zero for N < 2)."""
+    n = np.arange(n_max + 1)[None, :]
+    p = np.asarray(p, np.float64)[:, None]
+    values = (1 - p ** n - (1 - p) ** n) * p * (1 - p) ** 2
+    values[:, :2] = 0.0
+    return values
+
+
+@ALLOCATORS.register("knapsack", config=AllocatorConfig)
+class KnapsackRL(_PerPromptHistory):
+    """Rollouts per prompt by an exact knapsack DP over N in [2, N_max] on each prompt's last observed
+    success rate (unseen: 0.5); budget left unvalued is spread over the batch. `history`: key -> [rate]."""
+
+    history_key = "success_rate"
+
+    def allocation(self, pool) -> np.ndarray:
+        b = self.budget
+        p = np.array([self.history.get(task_key(t), [0.5])[0] for t in pool[: b.prompts]])
+        values = knapsack_values(p, b.m_max)
+        m = solvers.solve_dp(values, b.rollouts, m_min=max(2, b.m_min), m_max=b.m_max, max_items=b.prompts)
+        left = b.rollouts - int(m.sum())
+        order = np.argsort(-values[np.arange(len(m)), np.maximum(m, 2)], kind="stable")
+        i = 0
+        while left > 0:  # spend what the DP could not value, keeping every count >= m_min
+            j = order[i % len(order)]
+            add = max(1, b.m_min - m[j]) if m[j] == 0 else 1
+            if add <= left:
+                m[j] += add
+                left -= add
+            i += 1
+        return m
+
+    def step(self, engine, pool):
+        tasks = list(pool[: self.budget.prompts])
+        m = self.allocation(tasks)
+        trees = sample_roots(engine, tasks, m)
+        for task, tree in zip([t for t, k in zip(tasks, m) if k > 0], trees):
+            s, n = leaf_success(tree)
+            self.history[task_key(task)] = [s / n]
+        return StepOutcome(trees=trees)

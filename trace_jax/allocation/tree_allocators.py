@@ -1,0 +1,98 @@
+"""The branching baselines: bare chains at the roots, then L rounds of branching at turn boundaries
+chosen without a predictor: `tree_random` (Tree-GRPO-like) and `entropy_branch` (ARPO-like)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+
+import numpy as np
+
+from trace_jax.allocation.base import ALLOCATORS, Allocator, AllocatorConfig, StepOutcome, sample_roots
+from trace_jax.allocation.base import spend_leftover
+from trace_jax.allocation.budget import spread
+from trace_jax.rollout.tree import RolloutTree
+
+Anchor = tuple[int, int, int]  # (tree index, node id, continuations k)
+
+
+def branch_points(trees: list[RolloutTree]) -> list[tuple[int, int]]:
+    """Every non-terminal turn boundary (tree index, node id): the candidate anchors of stage 2."""
+    return [(i, n.id) for i, t in enumerate(trees) for n in t.nodes[1:] if t.is_anchor(n.id)]
+
+
+def expected_remaining_tokens(trees: list[RolloutTree]) -> Callable[[int], float]:
+    """depth t -> mean tokens a continuation from a depth-t boundary generated, relative to a whole
+    rollout's (the `unit="tokens"` cost of a branch)."""
+    totals, after = [], {}
+    for tree in trees:
+        for leaf in tree.leaves():
+            path = tree.path(leaf.id)[1:]
+            lengths = [len(n.tokens) for n in path]
+            totals.append(sum(lengths))
+            for t in range(len(path)):
+                after.setdefault(t, []).append(sum(lengths[t:]))
+    full = max(np.mean(totals) if totals else 1.0, 1.0)
+    return lambda depth: max(np.mean(after.get(depth, [full])) / full, 0.05)
+
+
+class TreeAllocator(Allocator):
+    """Shared shape of the branching baselines: m bare chains per prompt, then L rounds of branching."""
+
+    def step(self, engine, pool):
+        b = self.budget
+        tasks = list(pool[: b.prompts])
+        trees = sample_roots(engine, tasks, spread(b.root_budget, len(tasks)))
+        remaining = b.rollouts - b.root_budget
+        for r in range(b.rounds):
+            round_budget = remaining // (b.rounds - r)
+            anchors = self.choose(trees, round_budget)
+            remaining -= sum(k for _, _, k in anchors)
+            engine.expand(trees, anchors)
+        spend_leftover(engine, trees, remaining)
+        return StepOutcome(trees=trees)
+
+    @abc.abstractmethod
+    def choose(self, trees: list[RolloutTree], budget: int) -> list[Anchor]:
+        """(tree, node, k) anchors with sum k <= budget."""
+
+    def _fill(self, ranked: list[tuple[int, int]], budget: int) -> list[Anchor]:
+        anchors, left = [], budget
+        for tree, node in ranked:
+            if left <= 0:
+                break
+            k = min(self.budget.branch_k, left)
+            anchors.append((tree, node, k))
+            left -= k
+        return anchors
+
+
+@ALLOCATORS.register("tree_random", config=AllocatorConfig)
+class TreeRandom(TreeAllocator):
+    """Tree-GRPO-like: branch uniformly random non-terminal turn boundaries."""
+
+    def choose(self, trees, budget):
+        points = branch_points(trees)
+        order = self.rng.permutation(len(points))
+        return self._fill([points[i] for i in order], budget)
+
+
+@ALLOCATORS.register("entropy_branch", config=AllocatorConfig)
+class EntropyBranch(TreeAllocator):
+    """ARPO-like: branch after the tool observations where the next turn's token entropy rises most
+    over the turn before it."""
+
+    window = 8
+
+    def choose(self, trees, budget):
+        scored = []
+        for tree_index, node_id in branch_points(trees):
+            tree = trees[tree_index]
+            node = tree.nodes[node_id]
+            child = tree.nodes[node.children[0]] if node.children else None
+            if child is None or not child.entropy or not node.entropy:
+                continue
+            rise = float(np.mean(child.entropy[: self.window]) - np.mean(node.entropy))
+            scored.append((rise, tree_index, node_id))
+        scored.sort(key=lambda s: -s[0])
+        return self._fill([(t, n) for _, t, n in scored], budget)

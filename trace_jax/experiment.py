@@ -1,0 +1,163 @@
+"""What every entry point builds on: a validated config turned into a `Setup` (model, tokenizer,
+task source, env, sampling), the supervised warm start (`warm_start`, restored when its checkpoint
+exists), held-out evaluation, derived seeds, and process-0 logging."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from trace_jax import run_config
+from trace_jax.checkpointing import Checkpointer
+from trace_jax.envs import SOURCES, Limits
+from trace_jax.envs.oracle import run_episode
+from trace_jax.envs.render import ChatRenderer, ReactRenderer
+from trace_jax.evaluation import evaluate_policy
+from trace_jax.metrics import MetricWriter
+from trace_jax.models import hf_io, init_params
+from trace_jax.models.presets import get_preset
+from trace_jax.models.tokenizer import build_tokenizer, load_tokenizer, synthetic_corpus
+from trace_jax.rl import learner
+from trace_jax.rollout.agent_loop import Policy
+from trace_jax.sampling import SamplingParams
+from trace_jax.sft import conversation_demonstrations, make_batch, oracle_demonstrations, sft_step
+
+
+def banner(title: str) -> None:
+    if jax.process_index() == 0:
+        print(f"\n==== {title} " + "=" * max(0, 60 - len(title)), flush=True)
+
+
+def log(message: str) -> None:
+    if jax.process_index() == 0:
+        print(message, flush=True)
+
+
+def derive_seed(*parts) -> int:
+    """A 32-bit seed from JSON-able parts (run seed, purpose, step...): independent streams per purpose."""
+    return int(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:8], 16)
+
+
+@dataclasses.dataclass
+class Setup:
+    """Everything built from a validated config, before any training compute."""
+
+    run: run_config.RunConfig
+    model_config: object
+    params: dict
+    tokenizer: object
+    renderer: ReactRenderer
+    source: object
+    env: object
+    sampling: SamplingParams
+
+    def policy(self, params=None) -> Policy:
+        return Policy(self.model_config, self.params if params is None else params, self.sampling, self.renderer)
+
+
+def _source(task: run_config.TaskSection):
+    kwargs = {"num_questions": task.num_questions}
+    if task.max_difficulty:
+        kwargs[{"multihop": "max_hops", "math": "max_steps"}.get(task.source, "")] = task.max_difficulty
+        kwargs.pop("", None)
+    source = SOURCES[task.source](task.seed, **kwargs)
+    if task.source == "multihop":
+        source.index.top_k, source.index.max_words = task.search_top_k, task.search_words
+    return source
+
+
+def _tokenizer(run: run_config.RunConfig, source, workdir: str):
+    if run.model.tokenizer:
+        return load_tokenizer(run.model.tokenizer)
+    if run.model.checkpoint:
+        return load_tokenizer(run.model.checkpoint)
+    path = os.path.join(workdir, "tokenizer")
+    if not os.path.exists(os.path.join(path, "tokenizer.json")):
+        # The bundled BPE, trained on this task's own text (oracle episodes) plus generic lines.
+        env, oracle = source.make_env(), source.oracle(0.1)
+        texts = []
+        for i, task in enumerate(source.tasks("train")[:600]):
+            trajectory = run_episode(env, task, oracle, seed=i)
+            texts += [m["content"] for m in trajectory.messages] + [t for turn in trajectory.turns for t in turn if t]
+        build_tokenizer(path, texts=texts + synthetic_corpus(num_lines=1000, seed=run.seed),
+                        vocab_size=get_preset(run.model.preset).vocab_size)
+    return load_tokenizer(path)
+
+
+def build(config, workdir: str) -> Setup:
+    """Validates the config (failing before compute) and builds model, tokenizer, task source, env."""
+    run = config if isinstance(config, run_config.RunConfig) else run_config.from_config_dict(config)
+    os.makedirs(workdir, exist_ok=True)
+    source = _source(run.task)
+    tokenizer = _tokenizer(run, source, workdir)
+    if run.model.checkpoint:
+        model_config, params = hf_io.load(run.model.checkpoint, dtype=run.model.param_dtype,
+                                          compute_dtype=run.model.dtype)
+        renderer = ChatRenderer(tokenizer)
+    else:
+        model_config = get_preset(run.model.preset, param_dtype=run.model.param_dtype, dtype=run.model.dtype)
+        if len(tokenizer) > model_config.vocab_size:
+            raise run_config.ConfigError(f"tokenizer has {len(tokenizer)} tokens but model preset "
+                                         f"{run.model.preset!r} has vocab_size {model_config.vocab_size}")
+        params = init_params(model_config, run.seed)
+        renderer = ReactRenderer(tokenizer)
+    env = source.make_env(Limits(max_turns=run.task.max_turns, max_tokens=run.task.max_tokens))
+    sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p,
+                              max_new_tokens=run.rl.max_new_tokens)
+    return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling)
+
+
+def eval_tasks(setup: Setup) -> list:
+    """The held-out tasks evaluation scores (the configured split, its first `eval.num_tasks`)."""
+    tasks = setup.source.tasks(setup.run.eval.split)
+    return tasks[: setup.run.eval.num_tasks] if setup.run.eval.num_tasks else tasks
+
+
+def held_out(setup: Setup, params) -> dict[str, float]:
+    out = evaluate_policy(setup.policy(params), setup.env, eval_tasks(setup), greedy=True, seed=setup.run.seed)
+    if setup.run.eval.pass_k:
+        out.update(evaluate_policy(setup.policy(params), setup.env, eval_tasks(setup), greedy=False,
+                                   k=setup.run.eval.pass_k, seed=setup.run.seed))
+    return out
+
+
+def warm_start(setup: Setup, workdir: str, writer: MetricWriter):
+    """Runs (or restores) the supervised warm start in `workdir/sft`; returns params."""
+    run = setup.run
+    ckpt = Checkpointer(os.path.join(workdir, "sft"), keep=1)
+    sft_settings = run_config.settings(run, run_config.SFT_SETTINGS)
+    if ckpt.latest_step() is not None:
+        run_config.require_same_settings(f"the SFT checkpoint {ckpt.directory}",
+                                         ckpt.read_record().get("settings"), sft_settings)
+        arrays, _ = ckpt.restore({"params": setup.params})
+        log(f"restored SFT params from {ckpt.directory}")
+        return arrays["params"]
+    if run.sft.data_path:
+        demos = conversation_demonstrations(run.sft.data_path, setup.renderer)
+    else:
+        demos = oracle_demonstrations(setup.source, setup.renderer, num=run.sft.num_demos,
+                                      mistake_rate=run.sft.mistake_rate, seed=run.seed)
+    cut = sum(len(d[0]) > run.sft.max_len for d in demos)
+    log(f"{len(demos)} demonstrations, mean {np.mean([len(d[0]) for d in demos]):.0f} tokens; {cut} longer than "
+        f"sft.max_len={run.sft.max_len} are truncated")
+    optimizer = learner.make_optimizer(learner.LearnerConfig(learning_rate=run.sft.learning_rate,
+                                                             max_grad_norm=run.learner.max_grad_norm))
+    params = jax.tree.map(jnp.array, setup.params)
+    opt_state = optimizer.init(params)
+    rng = np.random.default_rng(derive_seed(run.seed, "sft"))
+    from tqdm.auto import tqdm
+    for step in tqdm(range(run.sft.steps), desc="sft", disable=jax.process_index() != 0, mininterval=5):
+        chosen = rng.choice(len(demos), run.sft.batch_size)
+        batch = make_batch([demos[i] for i in chosen], run.sft.max_len)
+        params, opt_state, metrics = sft_step(setup.model_config, optimizer, params, opt_state, batch)
+        if step % 25 == 0 or step == run.sft.steps - 1:
+            writer.write(step, metrics, prefix="sft/")
+    if run.sft.steps:
+        ckpt.save(run.sft.steps, {"params": params}, {"steps": run.sft.steps, "settings": sft_settings})
+    return params

@@ -1,0 +1,152 @@
+"""The typed records one stage hands the next, and their JSON form.
+
+`StepRecord`: what one RL step measured (budget ledger, tree statistics, the allocator's own
+figures, learner metrics, timings). The trainer returns it and writes it as one JSONL line; the
+budget audit, the comparison report and resumed runs read it back through `StepRecord.from_json`.
+`CheckpointRecord`: the JSON stored beside a checkpoint's arrays (step, data position, the held-out
+result after SFT, the allocator's host state, the settings it was made under).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+from trace_jax.allocation.calibration import Calibration
+from trace_jax.rl.learner import LearnerMetrics
+from trace_jax.rollout.tree import Ledger
+
+STEPS_FILE = "steps.jsonl"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TreeStats:
+    """Attributes:
+      trees, leaves: trees trained on and their leaves (rollouts that finished in them).
+      effective_ratio: share of trees with both a successful and a failed leaf.
+      expanded_mixed_share: share of expanded prefixes whose subtree is mixed.
+      nonzero_advantage_token_share: share of trained tokens with a non-zero advantage.
+      useful_rollout_share: leaves in mixed trees per rollout bought (discarded ones included).
+      reward: mean leaf reward.
+    """
+
+    trees: int
+    leaves: int
+    effective_ratio: float
+    expanded_mixed_share: float
+    nonzero_advantage_token_share: float
+    useful_rollout_share: float
+    reward: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Timings:
+    """Attributes: rollout_s (allocation and rollouts), step_s (the whole step), tokens_per_s (generated)."""
+
+    rollout_s: float
+    step_s: float
+    tokens_per_s: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    """One RL step (`step` counts from 1).
+
+    Attributes:
+      ledger: the budget ledger, counted by the engine.
+      trees: statistics of the trees trained on.
+      timings: wall-clock figures.
+      learner: the learner step's metrics (None when no tree gave a training sequence).
+      budget_spent: budget units spent, as the allocator counts them (unit="tokens": rollout-equivalents).
+      groups_sampled: prompts rolled out before filtering (dapo).
+      calibration: the predictor on the outcomes its own allocation caused (trace).
+      predictor_loss: the predictor's training loss this step (trace).
+    """
+
+    step: int
+    ledger: Ledger
+    trees: TreeStats
+    timings: Timings
+    learner: LearnerMetrics | None = None
+    budget_spent: float | None = None
+    groups_sampled: int | None = None
+    calibration: Calibration | None = None
+    predictor_loss: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return _finite(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StepRecord:
+        nested = {"ledger": Ledger, "trees": TreeStats, "timings": Timings, "learner": LearnerMetrics,
+                  "calibration": Calibration}
+        fields = {k: (None if v is None else nested[k](**_nan(v))) if k in nested else v for k, v in d.items()}
+        return cls(**fields)
+
+    def scalars(self) -> dict[str, float]:
+        """Flat `group/name` scalars for TensorBoard (None and NaN left out)."""
+        out = {}
+        for key, value in dataclasses.asdict(self).items():
+            items = value.items() if isinstance(value, dict) else [("", value)]
+            for name, v in items:
+                if isinstance(v, (int, float)) and key != "step" and math.isfinite(v):
+                    out[f"{key}/{name}" if name else key] = float(v)
+        return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointRecord:
+    """Attributes:
+      step: RL steps done.
+      data_position: position in the training-task stream.
+      after_sft: the held-out result of the SFT policy this run started from.
+      allocator: the allocator's JSON host state (RNG, posteriors, predictor buffer sizes).
+      settings: `run_config.settings(run)` of the run that wrote it.
+    """
+
+    step: int
+    data_position: int
+    after_sft: dict[str, float]
+    allocator: dict[str, Any]
+    settings: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CheckpointRecord:
+        return cls(**d)
+
+
+def _finite(value):
+    """NaN/inf -> None (JSON has neither), recursively."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _nan(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: float("nan") if v is None else v for k, v in fields.items()}
+
+
+def append_step(workdir: str, record: StepRecord) -> None:
+    with open(os.path.join(workdir, STEPS_FILE), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record.to_json()) + "\n")
+
+
+def read_steps(workdir: str) -> list[StepRecord]:
+    """The run's step records in step order; a step logged twice (a run resumed from a checkpoint
+    before it) is the later line."""
+    path = os.path.join(workdir, STEPS_FILE)
+    if not os.path.exists(path):
+        return []
+    by_step: dict[int, StepRecord] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                record = StepRecord.from_json(json.loads(line))
+                by_step[record.step] = record
+    return [by_step[s] for s in sorted(by_step)]
