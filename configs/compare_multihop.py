@@ -5,7 +5,8 @@ quickstart's), 60 RL steps at M=32 rollouts per step, 3 seeds, held-out accuracy
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/compare_local
 
 `:runlocal`: the same SFT checkpoint, 5 RL steps, 60 held-out tasks, a smaller study.
-Add `--ablation=stages|unit|lambda_local|featurizer` for TRACE's ablations.
+Add `--ablation=stages|stage2|unit|lambda_local|featurizer` for TRACE's ablations, `--study=mechanism`
+for the frozen-policy mechanism study (no training; `:runlocal` about 10 min after the SFT).
 
 Expected runtime on a 2-core CPU: about 55 min (SFT about 5); `:runlocal` about 13 min from scratch.
 Measurements: README, "Allocator comparison at equal budget".
@@ -29,10 +30,13 @@ def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collect
     # 0.59 (4 epochs) to 0.62 (16) and 0.64 (30), mean of 3 predictor seeds (a one-off probe, not in the repo).
     c.predictor.epochs = 16
     c.compare = ml_collections.ConfigDict(dict(allocators=ALLOCATORS, seeds=(0, 1, 2), ablation="",
-                                               generalization_steps=8, generalization_prompts=32))
+                                               generalization_steps=8, generalization_prompts=32, study="",
+                                               mechanism_steps=50, mechanism_reference=2048, mechanism_group=8,
+                                               mechanism_holdout=4))
     if runlocal:
         c.rl.steps, c.rl.eval_every = 5, 0
         c.checkpoint.every = 5
         c.eval.num_tasks = 60
         c.compare.generalization_steps, c.compare.generalization_prompts = 4, 16
+        c.compare.mechanism_steps, c.compare.mechanism_reference = 10, 512
     return c

@@ -4,6 +4,8 @@ budget over several seeds (`trace_jax.compare.runner.run_comparison`).
   python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/compare_multihop
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/compare_local
   python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/ablate --ablation=stages
+  (ablations: stages, stage2, unit, lambda_local, featurizer)
+  python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/mech --study=mechanism
 
 Writes results.json, results.md and PNG plots under the workdir; re-running the same command resumes.
 The last line printed is one JSON object: {"heldout_acc": {A: {"mean", "ci95"}}, "effective_ratio": {A: ..},
@@ -13,16 +15,22 @@ The last line printed is one JSON object: {"heldout_acc": {A: {"mean", "ci95"}},
 from absl import flags
 from launch import FLAGS, run
 
-flags.DEFINE_enum("ablation", None, ["stages", "unit", "lambda_local", "featurizer"],
+from trace_jax.compare.grid import ABLATIONS  # noqa: E402  (launch puts the repo root on sys.path)
+
+flags.DEFINE_enum("ablation", None, sorted(ABLATIONS),
                   "Run this ablation's TRACE variants instead of the allocator comparison "
                   "(overrides config.compare.ablation).")
+flags.DEFINE_enum("study", None, ["mechanism"],
+                  "Instead of training: the frozen-policy mechanism study (gradient cosine to a reference per "
+                  "allocation step, effective ratio, stage-1 spread, held-out predictor AUC; overrides "
+                  "config.compare.study).")
 flags.DEFINE_list("seeds", None, "RL seeds (overrides config.compare.seeds), e.g. 0,1,2.")
 flags.DEFINE_list("allocators", None, "Allocators of the main comparison (overrides config.compare.allocators).")
 
 
 def compare(config, workdir):
     from trace_jax.compare.runner import run_comparison
-    return run_comparison(config, workdir, ablation=FLAGS.ablation,
+    return run_comparison(config, workdir, ablation=FLAGS.ablation, study=FLAGS.study,
                           seeds=None if FLAGS.seeds is None else tuple(int(s) for s in FLAGS.seeds),
                           allocators=None if FLAGS.allocators is None else tuple(FLAGS.allocators))
 

@@ -15,6 +15,8 @@ import math
 import os
 from typing import Any
 
+import numpy as np
+
 from trace_jax.allocation.calibration import Calibration
 from trace_jax.rl.learner import LearnerMetrics
 from trace_jax.rollout.tree import Ledger
@@ -62,7 +64,9 @@ class StepRecord:
       learner: the learner step's metrics (None when no tree gave a training sequence).
       budget_spent: budget units spent, as the allocator counts them (unit="tokens": rollout-equivalents).
       groups_sampled: prompts rolled out before filtering (dapo).
-      calibration: the predictor on the outcomes its own allocation caused (trace).
+      calibration: the predictor on the outcomes its own allocation caused (trace; biased low).
+      holdout_calibration: the predictor on random anchors held out from the choice (trace, unbiased).
+      root_counts: stage-1 rollouts per chosen prompt (allocators that choose them).
       predictor_loss: the predictor's training loss this step (trace).
     """
 
@@ -74,7 +78,14 @@ class StepRecord:
     budget_spent: float | None = None
     groups_sampled: int | None = None
     calibration: Calibration | None = None
+    holdout_calibration: Calibration | None = None
+    root_counts: tuple[int, ...] | None = None
     predictor_loss: float | None = None
+
+    @property
+    def root_m_std(self) -> float | None:
+        """Spread of stage 1's rollouts per chosen prompt (0: stage 1 gave every prompt the same m)."""
+        return float(np.std(self.root_counts)) if self.root_counts else None
 
     def to_json(self) -> dict[str, Any]:
         return _finite(dataclasses.asdict(self))
@@ -82,14 +93,18 @@ class StepRecord:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StepRecord:
         nested = {"ledger": Ledger, "trees": TreeStats, "timings": Timings, "learner": LearnerMetrics,
-                  "calibration": Calibration}
+                  "calibration": Calibration, "holdout_calibration": Calibration}
         fields = {k: (None if v is None else nested[k](**_nan(v))) if k in nested else v for k, v in d.items()}
+        if fields.get("root_counts") is not None:
+            fields["root_counts"] = tuple(fields["root_counts"])
         return cls(**fields)
 
     def scalars(self) -> dict[str, float]:
         """Flat `group/name` scalars for TensorBoard (None and NaN left out)."""
-        out = {}
+        out = {} if self.root_m_std is None else {"root_m_std": self.root_m_std}
         for key, value in dataclasses.asdict(self).items():
+            if key == "root_counts":
+                continue
             items = value.items() if isinstance(value, dict) else [("", value)]
             for name, v in items:
                 if isinstance(v, (int, float)) and key != "step" and math.isfinite(v):

@@ -71,7 +71,8 @@ class Registry(Generic[T]):
         given = dict(section)
         name = given.pop("name", default_name)
         if name not in self._entries:
-            raise RegistryError(f"field '{self.section}.name': unknown {self.kind} {name!r}; registered: {self.names()}")
+            raise RegistryError(f"field '{self.section}.name': unknown {self.kind} {name!r}; "
+                                f"registered: {self.names()}")
         entry = self._entries[name]
         own = {f.name for f in dataclasses.fields(entry.config)}
         kept = {"name": entry.name}

@@ -119,7 +119,8 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
                       tokens_per_s=ledger.tokens_generated / max(rollout_s, 1e-9))
     record = StepRecord(step=step, ledger=ledger, trees=trees, timings=timings, learner=metrics,
                         budget_spent=outcome.budget_spent, groups_sampled=outcome.groups_sampled,
-                        calibration=outcome.calibration, predictor_loss=outcome.predictor_loss)
+                        calibration=outcome.calibration, holdout_calibration=outcome.holdout_calibration,
+                        root_counts=outcome.root_counts, predictor_loss=outcome.predictor_loss)
     return params, opt_state, record
 
 

@@ -125,3 +125,46 @@ def test_trace_stage2_only_takes_uniform_roots_then_branches(tiny_setup):
     assert sum(first_chains) >= BUDGET.root_budget  # roots got spread(root_budget, B) (+ any leftover)
     with pytest.raises(ValueError, match="allocator.roots"):
         TraceConfig(roots="neither")
+
+
+def test_stage1_varies_m_on_a_heterogeneous_pool_when_the_root_budget_leaves_room():
+    """With M1 = 24 > B m_min = 16 and prompts of different predicted success, the ones near v = 0.5
+    get more rollouts: stage 1 is a knapsack, not "B prompts at m_min". (Offered many candidates near
+    0.5 it opens B similar ones and gives them equal m: that is the optimum, not a degeneracy.)"""
+    from trace_jax.allocation.trace import predicted_roots
+    budget = BudgetConfig(rollouts=32, prompts=8, candidates=8, m_min=2, m_max=8, root_fraction=0.75)
+    v = np.array([0.5, 0.45, 0.3, 0.7, 0.1, 0.9, 0.05, 0.97])
+    m = predicted_roots(v, budget, budget.root_budget)
+    assert m.sum() == 24 and np.std(m[m > 0]) > 0  # here [4, 4, 5, 5, 3, 3, 0, 0]
+    assert m[0] > m[4] > m[6] and m[-1] == 0  # v = 0.5 over v = 0.1 over the near-certain ones
+
+
+@pytest.mark.parametrize("config", [
+    TraceConfig(prefix_budget="local", branch_n=2),
+    TraceConfig(prefixes="posterior", holdout=2),
+    TraceConfig(prefix_budget="local", prefixes="posterior", holdout=1),
+    TraceConfig(prefixes="uniform"),
+], ids=["local-agreement", "global-posterior-holdout", "local-posterior-holdout", "active-roots-uniform-prefixes"])
+def test_trace_modes_spend_exactly_the_budget_and_log_what_they_did(tiny_setup, config):
+    budget = BudgetConfig(rollouts=16, prompts=3, candidates=6, m_min=2, m_max=4)
+    alloc = _make(tiny_setup, config, budget)
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=1)
+    outcome = alloc.step(engine, tiny_setup.source.tasks("train")[: alloc.pool_size])
+    assert engine.ledger.rollouts_started == engine.ledger.rollouts_finished == budget.rollouts
+    assert sum(len(t.leaves()) for t in outcome.trees) == budget.rollouts
+    assert outcome.root_counts and sum(outcome.root_counts) <= budget.rollouts
+    if config.prefix_budget == "local":  # M1 = M / (1 + N), at least B m_min
+        assert sum(outcome.root_counts) == max(budget.prompts * budget.m_min, budget.rollouts // 3)
+    if config.holdout:
+        assert outcome.holdout_calibration is None or outcome.holdout_calibration.n <= config.holdout
+    branched = [n for t in outcome.trees for n in t.nodes[1:] if n.origin != 0]
+    assert branched or config.prefixes == "uniform"  # continuations from turn prefixes were bought
+
+
+def test_local_stage2_spends_each_prompts_budget_on_its_own_prefixes(tiny_setup):
+    budget = BudgetConfig(rollouts=18, prompts=3, candidates=3, m_min=2, m_max=2)
+    alloc = _make(tiny_setup, TraceConfig(prefix_budget="local", branch_n=2), budget)
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=2)
+    outcome = alloc.step(engine, tiny_setup.source.tasks("train")[:3])
+    for tree in outcome.trees:  # 2 bare rollouts, 2 x 2 continuations (prefixes, or the root if none left)
+        assert len(tree.leaves()) == 6

@@ -50,3 +50,38 @@ def test_featurizer_variants_see_only_their_columns(features, ignored, used):
     changed = x.copy()
     changed[:, used] = rng.normal(size=changed[:, used].shape)
     assert not np.allclose(predictor.predict(changed), predictor.predict(x), atol=1e-3)
+
+
+def test_standardised_inputs_let_a_tiny_scale_scalar_drive_the_prediction():
+    """Success depends on a scalar column that varies by ~1% (as log1p(prefix length) / 8 does) next to
+    32 unit-variance hidden dimensions: per-column standardisation finds it, a per-row LayerNorm barely."""
+    from trace_jax.allocation.predictor import PredictorConfig
+    rng = np.random.default_rng(0)
+
+    def stream(n):
+        z = rng.normal(size=n)
+        x = np.concatenate([rng.normal(size=(n, 32)), 0.5 + 0.005 * z[:, None]], axis=1).astype(np.float32)
+        return x, (rng.random(n) < 1 / (1 + np.exp(-3 * z))).astype(np.float32)
+
+    scores = {}
+    for normalize in ("standardize", "layernorm"):
+        predictor = SuccessPredictor(33, PredictorConfig(normalize=normalize))
+        for _ in range(4):
+            predictor.fit(*stream(400), np.ones(400, np.float32))
+        x, y = stream(2000)
+        scores[normalize] = auc(predictor.predict(x), y)
+    assert scores["standardize"] > 0.75 and scores["standardize"] > scores["layernorm"] + 0.1, scores
+
+
+def test_root_targets_count_only_rollouts_sampled_at_the_root():
+    from trace_jax.rollout.tree import RolloutTree
+
+    tree = RolloutTree(type("T", (), {"id": "t"})(), [1, 2])
+    tree.mark_anchor(0, prefix_length=2, hidden=np.zeros(4, np.float32))
+    turn = tree.add(0, tokens=[3], origin=0)
+    tree.mark_anchor(turn.id, prefix_length=3, hidden=np.ones(4, np.float32))
+    tree.add(turn.id, tokens=[4], origin=0, terminal=True, success=False)       # the bare rollout: failed
+    for _ in range(3):                                                           # branches chosen to flip it
+        tree.add(turn.id, tokens=[5], origin=turn.id, terminal=True, success=True)
+    x, y, w = SuccessPredictor(7).targets([tree])
+    assert y.tolist() == [0.0, 0.75] and w.tolist() == [1.0, 4.0]  # root: the bare leaf only; prefix: all four

@@ -74,3 +74,28 @@ def test_prefix_greedy_respects_costs():
 
 def test_agreement():
     assert solvers.agreement(np.array([1.0, 0.0]), np.array([0.8, 0.8])) == pytest.approx([0.8, 0.2])
+
+
+def test_posterior_values_are_beta_moments_and_tend_to_the_papers_formula():
+    u, s, n = np.array([0.8, 0.3, 0.6]), np.array([1, 0, 1]), np.array([1, 1, 2])
+    values = solvers.posterior_values(u, s, n, kappa=2.0, k_max=3)
+    # all-success: Beta(1.6 + 1, 0.4) -> 1 - E[p^k]; all-failure: Beta(0.6, 1.4 + 1) -> 1 - E[(1-p)^k]
+    a, b = 2.6, 0.4
+    assert values[0, 2] == pytest.approx(1 - a / (a + b) * (a + 1) / (a + b + 1))
+    a, b = 0.6, 2.4
+    assert values[1, 1] == pytest.approx(1 - b / (a + b))
+    assert (values[2] == 0).all()  # already mixed below: nothing to buy
+    assert (np.diff(values[:2], 2, axis=1) <= 1e-12).all()  # concave in k
+    paper = solvers.agreement_values(solvers.agreement(s[:2], u[:2]), k_max=3)
+    np.testing.assert_allclose(solvers.posterior_values(u[:2], s[:2], n[:2], kappa=1e9, k_max=3), paper, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_value_table_greedy_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    values = solvers.posterior_values(rng.random(4), rng.integers(0, 2, 4), np.ones(4), kappa=3.0, k_max=4)
+    budget = 6
+    k = solvers.prefix_greedy_values(values, np.ones(4), budget)
+    best = max((sum(values[j, c[j]] for j in range(4)), c) for c in itertools.product(range(5), repeat=4)
+               if sum(c) <= budget)[0]
+    assert sum(values[j, k[j]] for j in range(4)) == pytest.approx(best) and k.sum() <= budget

@@ -21,9 +21,11 @@ def test_main_grid_is_every_allocator_times_every_seed():
 
 
 @pytest.mark.parametrize("ablation,check", [
-    ("stages", lambda rs: [dataclasses.astuple(r.allocator) for r in rs] ==
-     [("grpo",), ("trace", "predicted", "none"), ("tree_random",), ("trace", "uniform", "agreement"),
-      ("trace", "predicted", "agreement")]),
+    ("stages", lambda rs: [dataclasses.astuple(r.allocator)[:3] for r in rs] ==
+     [("grpo",), ("trace", "predicted", "none"), ("trace", "uniform", "uniform"), ("trace", "predicted", "uniform"),
+      ("trace", "uniform", "agreement"), ("trace", "predicted", "agreement")]),
+    ("stage2", lambda rs: [(r.allocator.prefix_budget, r.allocator.prefixes) for r in rs] ==
+     [("global", "agreement"), ("global", "posterior"), ("local", "agreement"), ("local", "posterior")]),
     ("unit", lambda rs: [r.budget.unit for r in rs] == ["rollouts", "tokens"]),
     ("lambda_local", lambda rs: [r.advantage.lambda_local for r in rs] == [0.5, 0.0]),
     ("featurizer", lambda rs: [r.predictor.features for r in rs] == ["hidden+scalars", "hidden", "scalars"]),

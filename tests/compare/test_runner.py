@@ -87,21 +87,6 @@ def test_a_tampered_ledger_fails_the_audit(compared, tmp_path):
         run_comparison(_config(), workdir)
 
 
-def test_a_stored_result_is_reused_only_under_the_settings_it_ran_under(tmp_path):
-    from trace_jax.compare.runner import _cached
-    path, calls = str(tmp_path / "after_sft.json"), []
-
-    def compute(value):
-        return lambda: calls.append(value) or {"accuracy": value}
-
-    assert _cached(path, {"num_tasks": 60}, compute(0.5)) == {"accuracy": 0.5}
-    assert _cached(path, {"num_tasks": 60}, compute(0.9)) == {"accuracy": 0.5}  # read back
-    assert _cached(path, {"num_tasks": 123}, compute(0.4)) == {"accuracy": 0.4}  # other settings: redone
-    assert _cached(path, {"num_tasks": 123, "seeds": (0, 1)}, compute(0.3)) == {"accuracy": 0.3}
-    assert _cached(path, {"num_tasks": 123, "seeds": (0, 1)}, compute(0.2)) == {"accuracy": 0.3}  # tuple key
-    assert calls == [0.5, 0.4, 0.3]
-
-
 def test_changed_settings_run_beside_the_stored_runs_from_the_same_sft_checkpoint(compared):
     workdir, _ = compared
     sft_stamp = os.path.getmtime(os.path.join(workdir, "shared", "sft", "10"))
@@ -115,3 +100,28 @@ def test_changed_settings_run_beside_the_stored_runs_from_the_same_sft_checkpoin
         (run,) = json.load(f)["runs"]
     assert run["ledger"]["rollouts_started"] == 8 and run["eval"]["step"] == [0, 1]
     assert os.path.getmtime(os.path.join(workdir, "shared", "sft", "10")) == sft_stamp
+
+
+def test_the_mechanism_study_measures_every_variant_and_resumes(compared, monkeypatch):
+    """--study=mechanism on the shared SFT checkpoint: gradient cosines with intervals, the stage and
+    predictor figures per variant, a resumed study reads every stored variant back."""
+    workdir, _ = compared
+    c = _config()
+    c.compare.mechanism_steps, c.compare.mechanism_reference, c.compare.mechanism_group = 3, 16, 4
+    c.compare.mechanism_holdout = 1
+    head = run_comparison(c, workdir, study="mechanism")
+    names = ["grpo", "trace", "trace posterior", "trace local (paper)"]
+    assert list(head["gradient_cosine"]) == names
+    for cos in head["gradient_cosine"].values():
+        assert -1 <= cos["ci95"][0] <= cos["mean"] <= cos["ci95"][1] <= 1
+    with open(os.path.join(workdir, "mechanism.json")) as f:
+        result = json.load(f)
+    assert result["reference"]["ledger"]["rollouts_started"] == 16
+    trace = result["variants"]["trace"]
+    assert trace["ledger"]["rollouts_started"] == 3 * 8 and trace["root_m_std"] is not None
+    assert trace["holdout_anchors"] <= 3 and result["variants"]["grpo"]["root_m_std"] is None
+    assert "unseen_root_auc" in result and "| trace posterior |" in open(os.path.join(workdir, "mechanism.md")).read()
+
+    from trace_jax.compare import mechanism
+    monkeypatch.setattr(mechanism, "variant_study", lambda *a, **k: pytest.fail("recomputed a stored variant"))
+    assert run_comparison(c, workdir, study="mechanism") == head

@@ -44,7 +44,11 @@ class StepOutcome:
       trees: what the learner trains on.
       budget_spent: budget units spent (rollout-equivalents with unit="tokens"); None = rollouts started.
       groups_sampled: prompts rolled out before filtering (dapo); None where nothing is filtered.
-      calibration: the predictor scored on the outcomes its own allocation caused (trace).
+      calibration: the predictor scored on the outcomes its own allocation caused (trace; biased:
+        anchors are chosen where the prediction disagrees with the outcome seen).
+      holdout_calibration: the predictor scored on random anchors held out from the choice (unbiased).
+      holdout_pairs: those anchors' (prediction, outcome) pairs, for pooling over steps.
+      root_counts: rollouts given to each chosen prompt at the root, when the allocator chose them.
       predictor_loss: the predictor's training loss after this step's update (trace).
     """
 
@@ -52,6 +56,9 @@ class StepOutcome:
     budget_spent: float | None = None
     groups_sampled: int | None = None
     calibration: Calibration | None = None
+    holdout_calibration: Calibration | None = None
+    holdout_pairs: tuple[tuple[float, float], ...] = ()
+    root_counts: tuple[int, ...] | None = None
     predictor_loss: float | None = None
 
 

@@ -2,10 +2,13 @@
 
 Features: the policy's final-layer hidden state at the prefix end (a free by-product of
 sampling, never differentiated) plus scalars (turn index, tool calls so far, prefix length),
-through a small NNX MLP with a LayerNorm'd input and a zero-initialised output layer, so an
-untrained predictor says 0.5 everywhere. Trained by weighted BCE toward tree back-up values
-V(y) with weights n_y (capped), over a replay buffer of recent steps. Calibration (Brier, ECE,
-AUC) is measured on outcomes predicted before they were seen.
+standardised by the replay buffer's mean and standard deviation per column (so a scalar such as
+prefix length is not drowned by the hidden dimensions; `normalize="layernorm"` is the older
+per-row LayerNorm) into a small NNX MLP with a zero-initialised output layer, so an untrained
+predictor says 0.5 everywhere. Trained by weighted BCE (or MSE, as the paper reads) toward tree
+back-up values V(y) with weights n_y (capped), over a replay buffer of recent steps; a root's
+target counts only rollouts sampled at the root. Calibration is measured on outcomes predicted
+before they were seen (`calibration.py`).
 """
 
 from __future__ import annotations
@@ -39,13 +42,14 @@ def featurize(tree: RolloutTree, node: Node) -> np.ndarray:
 
 
 class MLP(nnx.Module):
-    def __init__(self, features: int, width: int, *, rngs: nnx.Rngs):
-        self.norm = nnx.LayerNorm(features, rngs=rngs)
+    def __init__(self, features: int, width: int, *, layernorm: bool, rngs: nnx.Rngs):
+        self.norm = nnx.LayerNorm(features, rngs=rngs) if layernorm else None
         self.hidden = nnx.Linear(features, width, rngs=rngs)
         self.out = nnx.Linear(width, 1, kernel_init=nnx.initializers.zeros, rngs=rngs)
 
     def __call__(self, x):
-        return self.out(jax.nn.gelu(self.hidden(self.norm(x))))[..., 0]
+        x = self.norm(x) if self.norm is not None else x
+        return self.out(jax.nn.gelu(self.hidden(x)))[..., 0]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,6 +62,9 @@ class PredictorConfig:
       weight_cap: cap on the leaf-count weight n_y of a target.
       features: which columns of `featurize` the MLP sees: "hidden+scalars" (default), "hidden"
         (the policy's hidden state alone) or "scalars" (turn index, tool calls, prefix length alone).
+      normalize: "standardize" (per column, by the replay buffer's mean and std) or "layernorm" (per row).
+      loss: "bce" (weighted binary cross-entropy toward V(y)) or "mse" (weighted squared error of
+        the predicted probability, the paper's regression).
     """
 
     width: int = 128
@@ -66,10 +73,16 @@ class PredictorConfig:
     replay_steps: int = 4
     weight_cap: float = 8.0
     features: str = "hidden+scalars"
+    normalize: str = "standardize"
+    loss: str = "bce"
 
     def __post_init__(self):
         if self.features not in FEATURES:
             raise ValueError(f"predictor.features must be one of {FEATURES}, got {self.features!r}")
+        if self.normalize not in ("standardize", "layernorm"):
+            raise ValueError(f"predictor.normalize must be 'standardize' or 'layernorm', got {self.normalize!r}")
+        if self.loss not in ("bce", "mse"):
+            raise ValueError(f"predictor.loss must be 'bce' or 'mse', got {self.loss!r}")
 
 
 def feature_columns(features: str, num_features: int) -> np.ndarray:
@@ -92,7 +105,9 @@ class SuccessPredictor:
     def __init__(self, num_features: int, config: PredictorConfig = PredictorConfig(), seed: int = 0):
         self.config = config
         self.columns = feature_columns(config.features, num_features)
-        model = MLP(len(self.columns), config.width, rngs=nnx.Rngs(seed))
+        model = MLP(len(self.columns), config.width, layernorm=config.normalize == "layernorm", rngs=nnx.Rngs(seed))
+        self.mean = np.zeros(len(self.columns), np.float32)  # input standardisation (identity until fitted)
+        self.scale = np.ones(len(self.columns), np.float32)
         self.graphdef, self.params = nnx.split(model, nnx.Param)
         self.params = nnx.to_pure_dict(self.params)
         self.optimizer = optax.adam(config.learning_rate)
@@ -109,8 +124,11 @@ class SuccessPredictor:
     def _train_step(self, params, opt_state, x, y, w):
         def loss_fn(p):
             logits = nnx.merge(self.graphdef, p)(x)
-            bce = optax.sigmoid_binary_cross_entropy(logits, y)
-            return jnp.sum(w * bce) / jnp.maximum(jnp.sum(w), 1e-6)
+            if self.config.loss == "mse":
+                per_row = (jax.nn.sigmoid(logits) - y) ** 2
+            else:
+                per_row = optax.sigmoid_binary_cross_entropy(logits, y)
+            return jnp.sum(w * per_row) / jnp.maximum(jnp.sum(w), 1e-6)
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
@@ -121,7 +139,7 @@ class SuccessPredictor:
         features = np.asarray(features, np.float32)
         if len(features) == 0:
             return np.zeros((0,), np.float32)
-        features = features[:, self.columns]
+        features = self._standardize(features[:, self.columns])
         rows = -(-len(features) // _BATCH) * _BATCH
         logits = self._logits(self.params, jax.device_put(_pad(features, rows)))
         return np.asarray(jax.nn.sigmoid(logits))[: len(features)]
@@ -131,6 +149,7 @@ class SuccessPredictor:
         xs, ys, ws = [], [], []
         for tree in trees:
             values, counts = tree.values()
+            values[0], counts[0] = tree.root_rollout_value()
             for node in tree.nodes:
                 if node.hidden is not None and counts[node.id] > 0:
                     xs.append(featurize(tree, node))
@@ -150,6 +169,8 @@ class SuccessPredictor:
         X = np.concatenate([b[0] for b in self.buffer])[:, self.columns]
         Y = np.concatenate([b[1] for b in self.buffer])
         W = np.concatenate([b[2] for b in self.buffer])
+        self._fit_standardization(X)
+        X = self._standardize(X)
         losses = []
         for _ in range(self.config.epochs):
             order = self.rng.permutation(len(X))
@@ -161,12 +182,22 @@ class SuccessPredictor:
                 losses.append(float(loss))
         return float(np.mean(losses))
 
+    def _fit_standardization(self, x: np.ndarray) -> None:
+        """Column mean and std of the replay buffer (recomputed from the restored buffer on resume)."""
+        if self.config.normalize == "standardize" and len(x):
+            self.mean = x.mean(axis=0).astype(np.float32)
+            self.scale = (x.std(axis=0) + 1e-6).astype(np.float32)
+
+    def _standardize(self, x: np.ndarray) -> np.ndarray:
+        return ((x - self.mean) / self.scale).astype(np.float32)
+
     def update(self, trees: list[RolloutTree]) -> float:
         return self.fit(*self.targets(trees))
 
     def state(self) -> dict:
-        """Checkpointable arrays: params, optimizer state and the replay buffer (when not empty)."""
-        out = {"params": self.params, "opt_state": self.opt_state}
+        """Checkpointable arrays: params, optimizer state, input standardisation and the replay buffer
+        (when not empty)."""
+        out = {"params": self.params, "opt_state": self.opt_state, "mean": self.mean, "scale": self.scale}
         if self.buffer:
             out["buffer"] = {k: np.concatenate([b[i] for b in self.buffer]) for i, k in enumerate("xyw")}
         return out
@@ -177,7 +208,7 @@ class SuccessPredictor:
 
     def state_template(self, host: dict) -> dict:
         """The array structure a checkpoint written with this host state holds."""
-        out = {"params": self.params, "opt_state": self.opt_state}
+        out = {"params": self.params, "opt_state": self.opt_state, "mean": self.mean, "scale": self.scale}
         total = sum(host["buffer_sizes"])
         if total:
             out["buffer"] = {"x": np.zeros((total, host["num_features"]), np.float32),
@@ -186,6 +217,7 @@ class SuccessPredictor:
 
     def load_state(self, state: dict, host: dict | None = None) -> None:
         self.params, self.opt_state = state["params"], state["opt_state"]
+        self.mean, self.scale = np.asarray(state["mean"], np.float32), np.asarray(state["scale"], np.float32)
         if host is not None:
             self.rng.bit_generator.state = host["rng"]
             self.buffer, begin = [], 0

@@ -4,8 +4,9 @@ Stage 1 chooses rollouts per prompt m_i in {0} U [m_min, m_max] under a total bu
 on the number of prompts, maximizing a per-prompt value table (for TRACE the probability that
 m samples are mixed, 1 - v^m - (1-v)^m). It is a multiple-choice knapsack: `solve_dp` is exact,
 `root_greedy` is the fast version (a first unit of m_min rollouts, then marginal gains).
-Stage 2 gives k continuations to prefix anchors, value 1 - q^k, concave, so greedy on marginal
-gain per unit cost (`prefix_greedy`) is optimal for uniform costs.
+Stage 2 gives k continuations to prefix anchors by a concave value table (the paper's 1 - q^k,
+`agreement_values`, or the noise-aware Beta-posterior version, `posterior_values`), so greedy on
+marginal gain per unit cost (`prefix_greedy_values`) is optimal for uniform costs.
 """
 
 from __future__ import annotations
@@ -114,15 +115,17 @@ def root_greedy(v: np.ndarray, budget: int, *, m_min: int, m_max: int, max_items
     return m
 
 
-def prefix_greedy(q: np.ndarray, cost: np.ndarray, budget: float, *, k_max: int = 16) -> np.ndarray:
-    """Stage 2: k_j continuations per anchor, maximizing sum 1 - q_j^k_j with sum k_j cost_j <= budget.
-    q_j is the chance a new continuation agrees with the outcome already seen through anchor j."""
-    q = np.clip(np.asarray(q, np.float64), 0.0, 1.0)
+def prefix_greedy_values(values: np.ndarray, cost: np.ndarray, budget: float) -> np.ndarray:
+    """Stage 2: k_j continuations per anchor maximizing sum_j values[j, k_j] with sum k_j cost_j <= budget.
+    values [J, K + 1] is concave in k (values[:, 0] = 0): greedy on marginal gain per unit cost is then
+    optimal for uniform costs."""
+    values = np.asarray(values, np.float64)
     cost = np.asarray(cost, np.float64)
     if np.any(cost <= 0):
         raise ValueError("prefix costs must be positive")
-    k = np.zeros(len(q), int)
-    heap = [(-(1 - q[j]) / cost[j], j) for j in range(len(q))]
+    k_max = values.shape[1] - 1
+    k = np.zeros(len(values), int)
+    heap = [(-(values[j, 1] - values[j, 0]) / cost[j], j) for j in range(len(values)) if k_max > 0]
     heapq.heapify(heap)
     spent = 0.0
     while heap:
@@ -132,8 +135,39 @@ def prefix_greedy(q: np.ndarray, cost: np.ndarray, budget: float, *, k_max: int 
         k[j] += 1
         spent += cost[j]
         if k[j] < k_max:
-            heapq.heappush(heap, (-(q[j] ** k[j]) * (1 - q[j]) / cost[j], j))
+            heapq.heappush(heap, (-(values[j, k[j] + 1] - values[j, k[j]]) / cost[j], j))
     return k
+
+
+def agreement_values(q: np.ndarray, k_max: int = 16) -> np.ndarray:
+    """The paper's V_pref(k) = 1 - q^k for k = 0..k_max, q the chance a continuation agrees with the
+    outcome already seen through the anchor."""
+    q = np.clip(np.asarray(q, np.float64), 0.0, 1.0)
+    return 1.0 - q[:, None] ** np.arange(k_max + 1)[None, :]
+
+
+def posterior_values(u: np.ndarray, successes: np.ndarray, leaves: np.ndarray, kappa: float,
+                     k_max: int = 16) -> np.ndarray:
+    """Noise-aware V_pref(k): the chance that k new continuations make the anchor's subtree mixed, with
+    the anchor's success rate p ~ Beta(kappa u, kappa (1 - u)) updated by the `successes` of the
+    `leaves` already below it (the observed outcome is one draw of p, not p itself). For an all-success
+    subtree it is 1 - E[p^k], for an all-failure one 1 - E[(1 - p)^k] (Beta moments); a subtree that is
+    already mixed gains nothing. kappa -> infinity with one leaf gives the paper's 1 - q^k."""
+    u = np.clip(np.asarray(u, np.float64), 1e-6, 1 - 1e-6)
+    s, n = np.asarray(successes, np.float64), np.asarray(leaves, np.float64)
+    a, b = kappa * u + s, kappa * (1 - u) + n - s
+    agree_a = np.where(s >= n, a, b)  # the side that repeats the observed outcome
+    i = np.arange(k_max)[None, :]
+    ratios = (agree_a[:, None] + i) / ((a + b)[:, None] + i)  # E[p^(k+1)] / E[p^k] under Beta(a, b)
+    values = 1.0 - np.concatenate([np.ones((len(u), 1)), np.cumprod(ratios, axis=1)], axis=1)
+    mixed = (s > 0) & (s < n)
+    values[mixed] = 0.0
+    return values
+
+
+def prefix_greedy(q: np.ndarray, cost: np.ndarray, budget: float, *, k_max: int = 16) -> np.ndarray:
+    """The paper's stage 2: k_j maximizing sum 1 - q_j^k_j with sum k_j cost_j <= budget."""
+    return prefix_greedy_values(agreement_values(q, k_max), cost, budget)
 
 
 def agreement(success: np.ndarray, predicted: np.ndarray) -> np.ndarray:

@@ -1,7 +1,19 @@
 """TRACE (METHOD.md sections 4 and 5): one shared success predictor steers a root policy (stage 1)
-and a prefix chooser (stage 2). The ablations of the paper's uniform/active table are other choices
-of the two parts: `roots="uniform"` (the pool's first B prompts, as grpo and tree_random take them)
-and `prefixes="none"` (the whole budget spent at the roots).
+and a prefix chooser (stage 2).
+
+The parts and their modes (`TraceConfig`):
+- roots: "predicted" (knapsack on the predicted chance of mixed outcomes) or "uniform" (the pool's
+  first B prompts, as grpo and treepo take them);
+- prefixes: "agreement" (the paper's 1 - q^k), "posterior" (noise-aware: the prefix's success rate
+  Beta(kappa u, kappa (1 - u)) updated by the outcomes below it), "uniform" (random boundaries) or
+  "none" (the whole budget at the roots);
+- prefix_budget: "global" (one pool of M - M1 over all trees, `budget.rounds` rounds) or "local"
+  (the paper's reading: prompt i spends its own m_i * branch_n continuations on its own prefixes,
+  one round, so M1 = M / (1 + branch_n)).
+The 2x2 Uniform/Active stage ablation is roots x {uniform, agreement|posterior} prefixes.
+`holdout` random anchors get one continuation each before the choice: the predictor is scored on
+them without the selection bias of the chosen anchors (which are chosen where it disagrees with
+the outcome seen, so their in-loop AUC is biased low).
 """
 
 from __future__ import annotations
@@ -14,9 +26,11 @@ from trace_jax.allocation import solvers
 from trace_jax.allocation.base import ALLOCATORS, Allocator, AllocatorConfig, StepOutcome, spend_leftover
 from trace_jax.allocation.budget import BudgetConfig, spread
 from trace_jax.allocation.calibration import calibration
-from trace_jax.allocation.predictor import SuccessPredictor, featurize
-from trace_jax.allocation.tree_allocators import Anchor, branch_points, expected_remaining_tokens
+from trace_jax.allocation.predictor import featurize
+from trace_jax.allocation.tree_allocators import Anchor, branch_points, expected_remaining_tokens, random_anchors
 from trace_jax.rollout.tree import RolloutTree
+
+K_MAX = 16  # continuations one anchor can get in one round
 
 
 def predicted_roots(v: np.ndarray, budget: BudgetConfig, root_budget: int) -> np.ndarray:
@@ -36,59 +50,37 @@ def uniform_roots(v: np.ndarray, budget: BudgetConfig, root_budget: int) -> np.n
 
 
 ROOT_POLICIES = {"predicted": predicted_roots, "uniform": uniform_roots}
-
-
-@dataclasses.dataclass(frozen=True)
-class PrefixChoice:
-    """One round of stage 2: the anchors, the predictions they were chosen on, and the spend."""
-
-    candidates: int  # turn boundaries that could have been chosen
-    anchors: list[Anchor]
-    predictions: list[float]  # u of each chosen anchor (before its continuations were seen)
-    spent: float  # budget units
-
-
-def agreement_prefixes(trees: list[RolloutTree], predictor: SuccessPredictor, budget: BudgetConfig,
-                       round_budget: float) -> PrefixChoice:
-    """Stage 2: k continuations per turn boundary by greedy on 1 - q^k, q = r u + (1 - r)(1 - u) the
-    chance a continuation agrees with the outcome r already seen through the prefix (u predicted)."""
-    points = branch_points(trees)
-    if not points:
-        return PrefixChoice(0, [], [], 0.0)
-    nodes = [(trees[i], trees[i].nodes[j]) for i, j in points]
-    u = predictor.predict(np.stack([featurize(t, n) for t, n in nodes]))
-    observed = np.array([t.values()[0][n.id] for t, n in nodes])
-    q = solvers.agreement(observed, u)
-    if budget.unit == "tokens":
-        remaining_tokens = expected_remaining_tokens(trees)
-        cost = np.array([remaining_tokens(n.depth) for _, n in nodes])
-    else:
-        cost = np.ones(len(nodes))
-    k = solvers.prefix_greedy(q, cost, round_budget)
-    chosen = np.flatnonzero(k)
-    return PrefixChoice(len(points), [(*points[c], int(k[c])) for c in chosen], [float(u[c]) for c in chosen],
-                        float(np.sum(k * cost)))
-
-
-PREFIX_CHOOSERS = {"agreement": agreement_prefixes, "none": None}
+PREFIX_CHOOSERS = ("agreement", "posterior", "uniform", "none")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TraceConfig(AllocatorConfig):
     """Attributes:
-      roots: stage 1's root policy: "predicted" (knapsack on the predicted mixed chance) or "uniform".
-      prefixes: stage 2's chooser: "agreement" (branch where a continuation likely disagrees) or
-        "none" (no stage 2: the whole budget goes to the roots).
+      roots: stage 1's root policy: "predicted" or "uniform".
+      prefixes: stage 2's chooser: "agreement", "posterior", "uniform" or "none".
+      prefix_budget: "global" (one pool, budget.rounds rounds) or "local" (m_i * branch_n per prompt).
+      branch_n: N, continuations per bare rollout in the local mode.
+      kappa: strength of the predictor's prior in the posterior chooser (pseudo-observations).
+      holdout: random anchors per step given one continuation each to score the predictor unbiasedly.
     """
 
     roots: str = "predicted"
     prefixes: str = "agreement"
+    prefix_budget: str = "global"
+    branch_n: int = 2
+    kappa: float = 4.0
+    holdout: int = 0
 
     def __post_init__(self):
         if self.roots not in ROOT_POLICIES:
             raise ValueError(f"allocator.roots must be one of {sorted(ROOT_POLICIES)}, got {self.roots!r}")
         if self.prefixes not in PREFIX_CHOOSERS:
-            raise ValueError(f"allocator.prefixes must be one of {sorted(PREFIX_CHOOSERS)}, got {self.prefixes!r}")
+            raise ValueError(f"allocator.prefixes must be one of {PREFIX_CHOOSERS}, got {self.prefixes!r}")
+        if self.prefix_budget not in ("global", "local"):
+            raise ValueError(f"allocator.prefix_budget must be 'global' or 'local', got {self.prefix_budget!r}")
+        if self.branch_n < 1 or self.kappa <= 0 or self.holdout < 0:
+            raise ValueError(f"need allocator.branch_n >= 1, kappa > 0, holdout >= 0; got {self.branch_n}, "
+                             f"{self.kappa}, {self.holdout}")
 
 
 def new_success(tree: RolloutTree, node_id: int, new_leaves: list[int]) -> float:
@@ -109,35 +101,100 @@ class TRACE(Allocator):
         super().__init__(config, budget, seed=seed, predictor=predictor)
         self.predictor = predictor
         self.choose_roots = ROOT_POLICIES[config.roots]
-        self.choose_prefixes = PREFIX_CHOOSERS[config.prefixes]
+
+    def _root_budget(self) -> int:
+        b, c = self.budget, self.config
+        if c.prefixes == "none":
+            return b.rollouts
+        if c.prefix_budget == "local":
+            return max(b.prompts * b.m_min, b.rollouts // (1 + c.branch_n))
+        return b.root_budget
 
     def step(self, engine, pool):
-        b = self.budget
+        b, c = self.budget, self.config
         candidates = engine.roots(pool)
         v = self.predictor.predict(np.stack([featurize(t, t.root) for t in candidates]))
-        m = self.choose_roots(v, b, b.root_budget if self.choose_prefixes else b.rollouts)
+        m = self.choose_roots(v, b, self._root_budget())
         bare = engine.expand(candidates, [(i, 0, int(k)) for i, k in enumerate(m) if k > 0])
         trees = [t for t, k in zip(candidates, m) if k > 0]
         # (prediction, outcome) pairs, the outcome being the mean success of the continuations sampled
         # because of that prediction (not of leaves seen before it was made)
-        outcomes = [(float(v[i]), new_success(candidates[i], 0, [leaf for t, leaf in bare if t == i]))
-                    for i in np.flatnonzero(m)]
-        remaining = b.rollouts - int(m.sum())
-        rounds = b.rounds if self.choose_prefixes else 0
-        for r in range(rounds):
-            choice = self.choose_prefixes(trees, self.predictor, b, remaining / (rounds - r))
-            if not choice.candidates:
-                break
-            remaining -= choice.spent
-            new = engine.expand(trees, choice.anchors)
-            outcomes += [(p, new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
-                         for p, (i, j, _) in zip(choice.predictions, choice.anchors)]
+        chosen = [(float(v[i]), new_success(candidates[i], 0, [leaf for t, leaf in bare if t == i]))
+                  for i in np.flatnonzero(m)]
+        remaining = float(b.rollouts - int(m.sum()))
+        held_out = self._holdout(engine, trees) if c.prefixes != "none" else []
+        remaining -= len(held_out)
+        if c.prefixes != "none":
+            if c.prefix_budget == "local":
+                for i, tree_budget in enumerate(_local_budgets(m[m > 0], c.branch_n, remaining)):
+                    spent, pairs = self._expand_prefixes(engine, trees, [i], max(tree_budget, 0.0))
+                    remaining -= spent
+                    chosen += pairs
+            else:
+                for r in range(b.rounds):
+                    if not branch_points(trees):
+                        break
+                    spent, pairs = self._expand_prefixes(engine, trees, range(len(trees)),
+                                                         remaining / (b.rounds - r))
+                    remaining -= spent
+                    chosen += pairs
         leftover = int(np.floor(remaining + 1e-9))  # whole rollouts (cost 1 in either unit) to the roots
         spend_leftover(engine, trees, leftover)
-        pred = np.array([p for p, _ in outcomes])
-        return StepOutcome(trees=trees, calibration=calibration(pred, np.array([o for _, o in outcomes])),
+        return StepOutcome(trees=trees, calibration=_calibration(chosen), holdout_calibration=_calibration(held_out),
+                           holdout_pairs=tuple(held_out),
                            budget_spent=b.rollouts - remaining + max(leftover, 0),
-                           predictor_loss=self.predictor.update(trees))
+                           root_counts=tuple(int(k) for k in m[m > 0]), predictor_loss=self.predictor.update(trees))
+
+    def _holdout(self, engine, trees) -> list[tuple[float, float]]:
+        """One continuation from each of `holdout` uniformly random turn boundaries: (u, outcome)."""
+        points = branch_points(trees)
+        picked = [points[i] for i in sorted(self.rng.permutation(len(points))[: self.config.holdout])]
+        if not picked:
+            return []
+        u = self.predictor.predict(np.stack([featurize(trees[i], trees[i].nodes[j]) for i, j in picked]))
+        new = engine.expand(trees, [(i, j, 1) for i, j in picked])
+        return [(float(p), new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
+                for p, (i, j) in zip(u, picked)]
+
+    def _expand_prefixes(self, engine, trees, which, budget: float) -> tuple[float, list[tuple[float, float]]]:
+        """One round of stage 2 over the trees `which`; returns (budget units spent, (u, outcome) pairs)."""
+        c = self.config
+        subset = [trees[i] for i in which]
+        if c.prefixes == "uniform":
+            anchors = [(list(which)[t], j, k) for t, j, k in random_anchors(subset, self.rng, budget,
+                                                                             self.budget.branch_k)]
+            engine.expand(trees, anchors)
+            return float(sum(k for _, _, k in anchors)), []
+        anchors, predictions, spent = self._choose(subset, budget)
+        anchors = [(list(which)[t], j, k) for t, j, k in anchors]
+        new = engine.expand(trees, anchors)
+        return spent, [(p, new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
+                       for p, (i, j, _) in zip(predictions, anchors)]
+
+    def _choose(self, trees: list[RolloutTree], budget: float) -> tuple[list[Anchor], list[float], float]:
+        """Stage 2's choice over `trees`: anchors (tree index in `trees`, node, k), their u, the spend."""
+        points = branch_points(trees)
+        if not points or budget <= 0:
+            return [], [], 0.0
+        nodes = [(trees[i], trees[i].nodes[j]) for i, j in points]
+        u = self.predictor.predict(np.stack([featurize(t, n) for t, n in nodes]))
+        below = [(t.values(), n.id) for t, n in nodes]
+        if self.config.prefixes == "posterior":
+            successes = np.array([v[nid] * cnt[nid] for (v, cnt), nid in below])
+            leaves = np.array([cnt[nid] for (_, cnt), nid in below])
+            values = solvers.posterior_values(u, np.round(successes), leaves, self.config.kappa, K_MAX)
+        else:
+            values = solvers.agreement_values(solvers.agreement(np.array([v[nid] for (v, _), nid in below]), u),
+                                              K_MAX)
+        if self.budget.unit == "tokens":
+            remaining_tokens = expected_remaining_tokens(trees)
+            cost = np.array([remaining_tokens(n.depth) for _, n in nodes])
+        else:
+            cost = np.ones(len(nodes))
+        k = solvers.prefix_greedy_values(values, cost, budget)
+        picked = np.flatnonzero(k)
+        return ([(*points[p], int(k[p])) for p in picked], [float(u[p]) for p in picked],
+                float(np.sum(k * cost)))
 
     def state(self):
         return {"predictor": self.predictor.state()}
@@ -150,3 +207,18 @@ class TRACE(Allocator):
 
     def load_state(self, state, host=None):
         self.predictor.load_state(state["predictor"], None if host is None else host["predictor"])
+
+
+def _local_budgets(counts: np.ndarray, n: int, available: float) -> list[float]:
+    """Prompt i's own stage-2 budget m_i * N; when M1 + sum m_i N exceeds M (M1 rounded up to B m_min,
+    or the holdout took some), the available rollouts are split in proportion to m_i instead."""
+    want = counts * n
+    if want.sum() <= available:
+        return [float(w) for w in want]
+    share = np.floor(available * counts / counts.sum())
+    share[: int(available - share.sum())] += 1
+    return [float(x) for x in share]
+
+
+def _calibration(pairs: list[tuple[float, float]]):
+    return calibration(np.array([p for p, _ in pairs]), np.array([o for _, o in pairs])) if pairs else None

@@ -56,15 +56,23 @@ class TreeAllocator(Allocator):
     def choose(self, trees: list[RolloutTree], budget: int) -> list[Anchor]:
         """(tree, node, k) anchors with sum k <= budget."""
 
-    def _fill(self, ranked: list[tuple[int, int]], budget: int) -> list[Anchor]:
-        anchors, left = [], budget
-        for tree, node in ranked:
-            if left <= 0:
-                break
-            k = min(self.budget.branch_k, left)
-            anchors.append((tree, node, k))
-            left -= k
-        return anchors
+
+
+def fill(ranked: list[tuple[int, int]], budget: float, k: int) -> list[Anchor]:
+    """k continuations to each anchor in rank order (the last one fewer) until the budget is spent."""
+    anchors, left = [], int(budget)
+    for tree, node in ranked:
+        if left <= 0:
+            break
+        anchors.append((tree, node, min(k, left)))
+        left -= min(k, left)
+    return anchors
+
+
+def random_anchors(trees: list[RolloutTree], rng: np.random.Generator, budget: float, k: int) -> list[Anchor]:
+    """Uniformly random turn boundaries, k continuations each, within the budget (rollout units)."""
+    points = branch_points(trees)
+    return fill([points[i] for i in rng.permutation(len(points))], budget, k)
 
 
 @ALLOCATORS.register("tree_random", config=AllocatorConfig)
@@ -72,9 +80,7 @@ class TreeRandom(TreeAllocator):
     """Tree-GRPO-like: branch uniformly random non-terminal turn boundaries."""
 
     def choose(self, trees, budget):
-        points = branch_points(trees)
-        order = self.rng.permutation(len(points))
-        return self._fill([points[i] for i in order], budget)
+        return random_anchors(trees, self.rng, budget, self.budget.branch_k)
 
 
 @ALLOCATORS.register("entropy_branch", config=AllocatorConfig)
@@ -95,4 +101,4 @@ class EntropyBranch(TreeAllocator):
             rise = float(np.mean(child.entropy[: self.window]) - np.mean(node.entropy))
             scored.append((rise, tree_index, node_id))
         scored.sort(key=lambda s: -s[0])
-        return self._fill([(t, n) for _, t, n in scored], budget)
+        return fill([(t, n) for _, t, n in scored], budget, self.budget.branch_k)

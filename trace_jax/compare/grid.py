@@ -18,15 +18,29 @@ ABLATIONS: dict[str, dict[str, dict[str, object]]] = {
     "stages": {
         "grpo (uniform roots, no prefixes)": {"allocator.name": "grpo"},
         "trace stage 1 only (active roots, no prefixes)": {"allocator.prefixes": "none"},
-        "tree_random (uniform roots, uniform prefixes)": {"allocator.name": "tree_random"},
-        "trace stage 2 only (uniform roots, active prefixes)": {"allocator.roots": "uniform"},
+        "uniform roots, uniform prefixes": {"allocator.roots": "uniform", "allocator.prefixes": "uniform"},
+        "active roots, uniform prefixes": {"allocator.prefixes": "uniform"},
+        "uniform roots, active prefixes": {"allocator.roots": "uniform"},
         "trace (active roots, active prefixes)": {},
+    },
+    "stage2": {  # the paper's local per-prompt budgets vs our global pool, its formula vs the noise-aware one
+        "global, agreement (1 - q^k)": {},
+        "global, posterior": {"allocator.prefixes": "posterior"},
+        "local m_i N, agreement (paper)": {"allocator.prefix_budget": "local"},
+        "local m_i N, posterior": {"allocator.prefix_budget": "local", "allocator.prefixes": "posterior"},
     },
     "unit": {"trace unit=rollouts": {"budget.unit": "rollouts"}, "trace unit=tokens": {"budget.unit": "tokens"}},
     "lambda_local": {"trace lambda_local=default": {}, "trace lambda_local=0": {"advantage.lambda_local": 0.0}},
     "featurizer": {"trace features=hidden+scalars": {"predictor.features": "hidden+scalars"},
                    "trace features=hidden": {"predictor.features": "hidden"},
                    "trace features=scalars": {"predictor.features": "scalars"}},
+}
+
+
+# The mechanism study (`study="mechanism"`) measures TRACE's stage-2 modes beside the allocators.
+MECHANISM_EXTRA: dict[str, dict[str, object]] = {
+    "trace posterior": {"allocator.name": "trace", "allocator.prefixes": "posterior"},
+    "trace local (paper)": {"allocator.name": "trace", "allocator.prefix_budget": "local"},
 }
 
 
@@ -38,6 +52,12 @@ class CompareSection:
       ablation: "" for the main comparison, else a key of ABLATIONS (TRACE variants).
       generalization_steps: training steps of the predictor generalization study (0 skips it).
       generalization_prompts: held-out prompts (and as many seen ones) scored by that study.
+      study: "" (train every variant and compare held-out accuracy) or "mechanism" (no training: the
+        frozen SFT policy's gradient cosine per allocation step, `compare/mechanism.py`).
+      mechanism_steps: allocation steps per variant in the mechanism study.
+      mechanism_reference: uniform rollouts behind its reference gradient.
+      mechanism_group: rollouts per prompt of that reference.
+      mechanism_holdout: random anchors per step held out from TRACE's choice to score its predictor.
     """
 
     allocators: tuple[str, ...] = ALL_ALLOCATORS
@@ -45,6 +65,11 @@ class CompareSection:
     ablation: str = ""
     generalization_steps: int = 8
     generalization_prompts: int = 32
+    study: str = ""
+    mechanism_steps: int = 50
+    mechanism_reference: int = 2048
+    mechanism_group: int = 8
+    mechanism_holdout: int = 4
 
     def __post_init__(self):
         unknown = [a for a in self.allocators if a not in ALLOCATORS]
@@ -54,6 +79,11 @@ class CompareSection:
             raise ValueError(f"ablation {self.ablation!r} unknown; known {sorted(ABLATIONS)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds}")
+        if self.study not in ("", "mechanism"):
+            raise ValueError(f"study must be '' or 'mechanism', got {self.study!r}")
+        if min(self.mechanism_steps, self.mechanism_reference, self.mechanism_group) < 1 or self.mechanism_holdout < 0:
+            raise ValueError("mechanism_steps, mechanism_reference and mechanism_group must be >= 1, "
+                             "mechanism_holdout >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +122,22 @@ def run_config_dict(base: dict, variant: Variant, seed: int) -> dict:
     for key, value in variant.overrides.items():
         section, field = key.split(".")
         out.setdefault(section, {})[field] = value
+    return out
+
+
+def mechanism_variants(base: dict, compare: CompareSection) -> list[tuple[str, run_config.RunConfig]]:
+    """The mechanism study's (name, run config): the comparison's variants (plus TRACE's stage-2 modes in
+    the main comparison), every TRACE variant holding out `mechanism_holdout` anchors, first seed."""
+    chosen = variants(compare) + ([] if compare.ablation else [Variant(n, o) for n, o in MECHANISM_EXTRA.items()])
+    out = []
+    for variant in chosen:
+        config = run_config_dict(base, variant, compare.seeds[0])
+        if config["allocator"].get("name") == "trace":
+            config["allocator"]["holdout"] = compare.mechanism_holdout
+        try:
+            out.append((variant.name, run_config.from_config_dict(config)))
+        except run_config.ConfigError as e:
+            raise run_config.ConfigError(f"mechanism variant {variant.name!r}: {e}") from None
     return out
 
 

@@ -20,30 +20,14 @@ import time
 import jax
 
 from trace_jax import experiment, run_config, train
-from trace_jax.compare import audit, generalization, grid, report
+from trace_jax.compare import audit, generalization, grid, mechanism, report
+from trace_jax.compare.store import cached
 from trace_jax.metrics import MetricWriter, read_metrics
 from trace_jax.records import read_steps
 
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name).strip("_")
-
-
-def _cached(path: str, key: dict, compute):
-    """`compute()`, stored at `path` with the settings `key` it ran under; a stored value computed
-    under other settings (say a `:runlocal` evaluation, in the full comparison's workdir) is redone."""
-    key = json.loads(json.dumps(key))  # compared as stored: tuples come back as lists
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            stored = json.load(f)
-        if stored.get("key") == key:
-            return stored["value"]
-    value = compute()
-    if jax.process_index() == 0:
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({"key": key, "value": value}, f)
-        os.replace(path + ".tmp", path)
-    return value
 
 
 def _run_dir(workdir: str, variant: str, seed: int, run: run_config.RunConfig) -> str:
@@ -62,12 +46,34 @@ def _link_shared(shared: str, run_dir: str) -> None:
             os.symlink(os.path.abspath(os.path.join(shared, name)), link)
 
 
-def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: tuple[int, ...] | None = None,
+def _mechanism(setup, params, base: dict, compare: grid.CompareSection, workdir: str, study: dict | None) -> dict:
+    """The frozen-policy mechanism study; writes mechanism.json and mechanism.md, returns its headline."""
+    experiment.banner("mechanism study (frozen SFT policy)")
+    result = mechanism.study(setup, params, grid.mechanism_variants(base, compare), steps=compare.mechanism_steps,
+                             reference=compare.mechanism_reference, group=compare.mechanism_group,
+                             seed=compare.seeds[0], directory=os.path.join(workdir, "shared", "mechanism"))
+    if study is not None:
+        result["unseen_root_auc"] = {k: study["table"]["unseen prompts"]["roots"][k]["auc"]
+                                     for k in ("predictor", "beta")}
+    headline = mechanism.headline(result)
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "mechanism.json"), "w", encoding="utf-8") as f:
+            json.dump({"compare": dataclasses.asdict(compare), "task": setup.run.task.source,
+                       "budget": dataclasses.asdict(setup.run.budget), **result}, f, indent=1)
+        with open(os.path.join(workdir, "mechanism.md"), "w", encoding="utf-8") as f:
+            f.write(mechanism.markdown(result, setup.run, compare))
+        experiment.log(f"wrote {os.path.join(workdir, 'mechanism.md')}")
+    return headline
+
+
+def run_comparison(config, workdir: str, *, ablation: str | None = None, study: str | None = None,
+                   seeds: tuple[int, ...] | None = None,
                    allocators: tuple[str, ...] | None = None) -> dict:
     """Runs (or resumes) the comparison; returns the headline dict (also the last line printed)."""
     t0 = time.time()
     compare, base = grid.split_config(config)
-    overrides = {k: v for k, v in (("ablation", ablation), ("seeds", seeds), ("allocators", allocators))
+    overrides = {k: v for k, v in (("ablation", ablation), ("study", study), ("seeds", seeds),
+                                   ("allocators", allocators))
                  if v is not None}
     try:
         compare = dataclasses.replace(compare, **overrides)
@@ -88,11 +94,11 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
     setup = experiment.build(base_run, shared)
     params = experiment.warm_start(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
     sft_settings = run_config.settings(base_run, run_config.SFT_SETTINGS)
-    after_sft = _cached(os.path.join(shared, "after_sft.json"), dict(eval=dataclasses.asdict(base_run.eval),
+    after_sft = cached(os.path.join(shared, "after_sft.json"), dict(eval=dataclasses.asdict(base_run.eval),
                                                                       sft=sft_settings),
                         lambda: experiment.held_out(setup, params))
     experiment.log(f"held-out after SFT: {after_sft}")
-    study = None
+    predictor_study = None
     if compare.generalization_steps:
         experiment.banner("predictor generalization study")
         study_key = dict(steps=compare.generalization_steps, prompts=compare.generalization_prompts,
@@ -100,13 +106,16 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
                          predictor=dataclasses.asdict(base_run.predictor),
                          sampling=[base_run.rl.temperature, base_run.rl.top_p, base_run.rl.max_new_tokens],
                          sft=sft_settings)
-        study = _cached(os.path.join(shared, "generalization.json"), study_key, lambda: generalization.study(
+        predictor_study = cached(os.path.join(shared, "generalization.json"), study_key, lambda: generalization.study(
             setup, params, steps=compare.generalization_steps, prompts=compare.generalization_prompts,
             seed=base_run.seed))
-        for group, levels in study["table"].items():
+        for group, levels in predictor_study["table"].items():
             for level, c in levels.items():
                 experiment.log(f"{group:>15} {level:>8}: AUC predictor {c['predictor']['auc']:.3f} vs beta "
                           f"{c['beta']['auc']:.3f}; Brier {c['predictor']['brier']:.3f} vs {c['beta']['brier']:.3f}")
+
+    if compare.study == "mechanism":
+        return _mechanism(setup, params, base, compare, workdir, predictor_study)
 
     records = []
     for i, (variant, seed, run) in enumerate(runs):
@@ -148,11 +157,11 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, seeds: 
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
             json.dump({"setting": setting, "compare": dataclasses.asdict(compare), "after_sft": after_sft,
-                       "summary": summary, "runs": records, "generalization": study}, f, indent=1)
+                       "summary": summary, "runs": records, "generalization": predictor_study}, f, indent=1)
         with open(os.path.join(workdir, "results.md"), "w", encoding="utf-8") as f:
             f.write(report.markdown(summary, title=title, after_sft=after_sft["accuracy"], setting=setting,
-                                    generalization=study, reference=reference))
-        for path in report.plots(records, workdir, study):
+                                    generalization=predictor_study, reference=reference))
+        for path in report.plots(records, workdir, predictor_study):
             experiment.log(f"wrote {path}")
         experiment.log(f"wrote {os.path.join(workdir, 'results.md')}")
     return report.headline(summary)

@@ -96,9 +96,9 @@ def build_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch
     return {k: v.reshape(n // micro_batch, micro_batch, length) for k, v in out.items()}
 
 
-def _train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: optax.GradientTransformation,
-               params: Params, opt_state, batch: dict[str, jax.Array]):
-    """One optimizer step over the whole batch ([num_micro, micro, L] arrays)."""
+def _gradients(model_config: ModelConfig, loss_config: LossConfig, params: Params, batch: dict[str, jax.Array]):
+    """The loss gradient over the whole batch ([num_micro, micro, L] arrays), accumulated over its
+    micro-batches, and the summed loss metrics."""
     loss_impl = get_loss(loss_config)
     mask = batch["mask"]
     if loss_config.aggregation == "token_mean":
@@ -121,6 +121,18 @@ def _train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: o
     zeros = jax.tree.map(jnp.zeros_like, params)
     totals0 = {k: jnp.zeros((), jnp.float32) for k in ("loss", "clip_fraction", "approx_kl", "entropy", "tokens")}
     (grads, totals), _ = jax.lax.scan(accumulate, (zeros, totals0), batch)
+    return grads, totals
+
+
+# The policy gradient a batch would give (the loss at the sampler's params: ratio 1, no clipping), for
+# studies of update directions (`compare/mechanism.py`).
+gradients = jax.jit(_gradients, static_argnums=(0, 1))
+
+
+def _train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: optax.GradientTransformation,
+                params: Params, opt_state, batch: dict[str, jax.Array]):
+    """One optimizer step over the whole batch ([num_micro, micro, L] arrays)."""
+    grads, totals = _gradients(model_config, loss_config, params, batch)
     grad_norm = optax.tree.norm(grads)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)

@@ -68,6 +68,7 @@ class _Branch:
     node: int  # the last node on this branch's path
     episode: Episode
     uid: int
+    origin: int  # the anchor it was sampled from
 
 
 class RolloutEngine:
@@ -138,7 +139,7 @@ class RolloutEngine:
                 raise ValueError(f"tree {tree_index} node {node_id} is not an anchor (terminal or never decoded)")
             tree.nodes[node_id].expanded += k
             for _ in range(k):
-                branches.append(_Branch(tree_index, node_id, handle.episode.fork(), self._uid))
+                branches.append(_Branch(tree_index, node_id, handle.episode.fork(), self._uid, node_id))
                 sources.append(handle.prefix)
                 self._uid += 1
         return branches, sources
@@ -170,7 +171,8 @@ class RolloutEngine:
             result = branch.episode.step(p.renderer.decode_turn(tokens), num_tokens=n)
             self.ledger.tokens_generated += n
             node = tree.add(branch.node, tokens=tokens, logprobs=gen.logprobs[i, :n].tolist(),
-                            entropy=gen.entropy[i, :n].tolist(), tool_calls=branch.episode.tool_calls)
+                            entropy=gen.entropy[i, :n].tolist(), tool_calls=branch.episode.tool_calls,
+                            origin=branch.origin)
             branch.node = node.id
             if result.done:
                 node.terminal, node.reward, node.success = True, result.reward, result.success

@@ -34,6 +34,7 @@ class Node:
     prefix_length: int | None = None  # tokens of the prefix ending after this node's observation
     hidden: np.ndarray | None = None  # policy hidden state at the boundary (predictor feature)
     expanded: int = 0  # continuations sampled from this node as an anchor (beyond its first path)
+    origin: int = 0  # the anchor the branch this turn belongs to was sampled from (0: a root rollout)
 
 
 class RolloutTree:
@@ -99,6 +100,13 @@ class RolloutTree:
                 successes[node.parent] += successes[node.id]
                 counts[node.parent] += counts[node.id]
         return np.divide(successes, counts, out=np.full(len(self.nodes), np.nan), where=counts > 0), counts
+
+    def root_rollout_value(self) -> tuple[float, int]:
+        """(mean success, count) of the leaves of rollouts sampled at the root. Leaves of branches from
+        turn prefixes are left out: those prefixes were chosen for their chance to flip the outcome,
+        so they would bias the root's success estimate (the predictor's root target) toward 0.5."""
+        leaves = [n for n in self.leaves() if n.origin == 0]
+        return (float(np.mean([n.success for n in leaves])) if leaves else float("nan")), len(leaves)
 
     def is_mixed(self, node_id: int = 0) -> bool:
         v, n = self.values()
