@@ -24,6 +24,9 @@ def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collect
     runlocal = config_args(arg, flags=("runlocal",), config="the comparison configs")["runlocal"]
     c = base()
     c.rl.steps, c.rl.eval_every = 60, 15
+    # A pool of 256 training prompts recurs every few steps, so allocators with per-prompt histories
+    # (mopps, knapsack) have histories to use; with the whole split no prompt came back within 60 steps.
+    c.rl.train_prompts = 256
     c.checkpoint.every = 20
     # More passes over the replay buffer than the quickstart's 4: fitted offline on root outcomes of 160 prompts
     # (8 rollouts each) of an SFT policy trained on 1-4 hop questions, AUC on 96 validation prompts rose from

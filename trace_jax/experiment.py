@@ -113,6 +113,12 @@ def build(config, workdir: str) -> Setup:
     return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling)
 
 
+def train_tasks(setup: Setup) -> list:
+    """The training prompts the RL stream cycles over (the first `rl.train_prompts` of the train split)."""
+    tasks = setup.source.tasks("train")
+    return tasks[: setup.run.rl.train_prompts] if setup.run.rl.train_prompts else tasks
+
+
 def eval_tasks(setup: Setup) -> list:
     """The held-out tasks evaluation scores (the configured split, its first `eval.num_tasks`)."""
     tasks = setup.source.tasks(setup.run.eval.split)

@@ -90,6 +90,9 @@ class RLSection:
       steps: RL steps.
       temperature, top_p, max_new_tokens: per-turn sampling.
       eval_every: evaluate every this many steps (0: only at the end).
+      train_prompts: training prompts the RL stream cycles over (0 = the whole train split). A small
+        pool makes prompts recur across steps, so allocators with per-prompt histories (mopps,
+        knapsack) have histories to use.
     """
 
     steps: int = 80
@@ -97,6 +100,11 @@ class RLSection:
     top_p: float = 1.0
     max_new_tokens: int = 40
     eval_every: int = 0
+    train_prompts: int = 0
+
+    def __post_init__(self):
+        if self.train_prompts < 0:
+            raise ValueError(f"rl.train_prompts must be >= 0, got {self.train_prompts}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

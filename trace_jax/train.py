@@ -19,7 +19,8 @@ import numpy as np
 from trace_jax import allocation, run_config
 from trace_jax.allocation.predictor import NUM_SCALARS, SuccessPredictor
 from trace_jax.checkpointing import Checkpointer, require_checkpoint_dir
-from trace_jax.experiment import Setup, banner, build, derive_seed, eval_tasks, held_out, log, warm_start
+from trace_jax.experiment import (Setup, banner, build, derive_seed, eval_tasks, held_out, log, train_tasks,
+                                  warm_start)
 from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io
 from trace_jax.parallel.mesh import make_mesh
@@ -29,8 +30,8 @@ from trace_jax.rl.advantages import estimate, node_advantages
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import step_statistics
 
-__all__ = ["Setup", "build", "derive_seed", "eval_tasks", "held_out", "warm_start", "make_allocator", "rl_step",
-           "sft", "train_and_evaluate", "evaluate"]
+__all__ = ["Setup", "build", "derive_seed", "eval_tasks", "held_out", "train_tasks", "warm_start", "make_allocator",
+           "rl_step", "sft", "train_and_evaluate", "evaluate"]
 
 
 def sft(config, workdir: str) -> dict:
@@ -190,11 +191,11 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
 
     banner("reinforcement learning")
     stop = _StopFlag()
-    train_tasks = setup.source.tasks("train")
+    tasks = train_tasks(setup)
     history: list[StepRecord] = []
     try:
         for step in range(start + 1, run.rl.steps + 1):
-            pool, position = _pool(train_tasks, position, allocator.pool_size, run.seed)
+            pool, position = _pool(tasks, position, allocator.pool_size, run.seed)
             params, opt_state, record = rl_step(setup, allocator, learn, params, opt_state, pool, step=step)
             writer.write_step(record)
             history.append(record)

@@ -168,3 +168,39 @@ def test_local_stage2_spends_each_prompts_budget_on_its_own_prefixes(tiny_setup)
     outcome = alloc.step(engine, tiny_setup.source.tasks("train")[:3])
     for tree in outcome.trees:  # 2 bare rollouts, 2 x 2 continuations (prefixes, or the root if none left)
         assert len(tree.leaves()) == 6
+
+
+def _tasks(n):
+    return [type("T", (), {"id": f"t{i}"})() for i in range(n)]
+
+
+def test_dapo_over_samples_small_groups_and_refills_within_the_cap(tiny_setup):
+    """Oversample 2: groups of M / 2B = 2, so after dropping all-equal groups it can refill; GRPO's
+    allocation (B prompts x M/B, nothing dropped, nothing refilled) is not what it does."""
+    budget = BudgetConfig(rollouts=12, prompts=3, candidates=6, m_min=2, m_max=4)
+    alloc, engine, outcome = _run(tiny_setup, "dapo", budget)
+    assert all(len(t.leaves()) == 2 for t in outcome.trees)  # GRPO would give 4 each
+    assert outcome.groups_sampled * 2 == engine.ledger.rollouts_started <= budget.rollouts
+    assert outcome.groups_sampled > len(outcome.trees) or len(outcome.trees) == budget.prompts
+
+
+def test_mopps_discounts_old_evidence_and_prefers_prompts_near_one_half(tiny_setup):
+    budget = BudgetConfig(rollouts=8, prompts=2, candidates=6, m_min=2, m_max=4)
+    alloc = allocation.make("mopps", budget)
+    pool = tiny_setup.source.tasks("train")[:6]
+    # much evidence: pool[0:2] always solved, pool[2:4] never, pool[4:6] half the time
+    prior = [[40.0, 1.0], [40.0, 1.0], [1.0, 40.0], [1.0, 40.0], [20.0, 20.0], [20.0, 20.0]]
+    alloc.history = {task_key(t): list(ab) for t, ab in zip(pool, prior)}
+    outcome = alloc.step(RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=0), pool)
+    assert {t.task.id for t in outcome.trees} == {pool[4].id, pool[5].id}  # not GRPO's first B of the pool
+    for tree in outcome.trees:
+        s, n = sum(leaf.success for leaf in tree.leaves()), len(tree.leaves())
+        assert alloc.history[task_key(tree.task)] == pytest.approx([1 + 0.9 * 19 + s, 1 + 0.9 * 19 + n - s])
+
+
+def test_knapsack_with_histories_does_not_reproduce_grpos_uniform_split():
+    alloc = allocation.make("knapsack", BudgetConfig(rollouts=16, prompts=4, candidates=4, m_min=2, m_max=8))
+    pool = _tasks(4)
+    alloc.history = {task_key(t): [r] for t, r in zip(pool, [0.5, 0.3, 0.95, 0.1])}
+    m = alloc.allocation(pool)
+    assert m.sum() == 16 and sorted(m) != [4, 4, 4, 4]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from trace_jax.allocation import solvers
@@ -20,16 +22,45 @@ class GRPO(Allocator):
         return StepOutcome(trees=sample_roots(engine, pool[: b.prompts], spread(b.rollouts, b.prompts)))
 
 
-@ALLOCATORS.register("dapo", config=AllocatorConfig)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DAPOConfig(AllocatorConfig):
+    """Attributes:
+      oversample: groups DAPO can afford per kept group: the group size is M / (oversample B) (at least
+        m_min), so dropped all-equal groups can be refilled within the step's budget (at 1 the first
+        round spends everything and nothing is ever refilled).
+    """
+
+    oversample: float = 2.0
+
+    def __post_init__(self):
+        if self.oversample < 1:
+            raise ValueError(f"allocator.oversample must be >= 1, got {self.oversample}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MoPPSConfig(AllocatorConfig):
+    """Attributes:
+      discount: lambda, how much of a prompt's past evidence survives each update (Beta counts decay
+        toward the prior, so the posterior follows a policy that keeps changing; 1 = no decay).
+    """
+
+    discount: float = 0.9
+
+    def __post_init__(self):
+        if not 0 < self.discount <= 1:
+            raise ValueError(f"allocator.discount must be in (0, 1], got {self.discount}")
+
+
+@ALLOCATORS.register("dapo", config=DAPOConfig)
 class DAPO(Allocator):
-    """Dynamic sampling: roll groups of M/B, drop groups with all-equal outcomes, refill from the pool
-    until B mixed groups or the budget is spent. Discarded rollouts still count."""
+    """Dynamic sampling: roll groups of M / (oversample B), drop groups with all-equal outcomes, refill
+    from the pool until B mixed groups are kept or the budget is spent. Discarded rollouts count."""
 
     chooses_prompts = True
 
     def step(self, engine, pool):
         b = self.budget
-        group = max(b.m_min, b.rollouts // b.prompts)
+        group = max(b.m_min, b.rollouts // max(1, round(self.config.oversample * b.prompts)))
         kept, spent, index = [], 0, 0
         while len(kept) < b.prompts and spent + group <= b.rollouts and index < len(pool):
             n = min(b.prompts - len(kept), (b.rollouts - spent) // group, len(pool) - index)
@@ -60,10 +91,10 @@ class _PerPromptHistory(Allocator):
         self.history = {int(k): [float(x) for x in v] for k, *v in state[self.history_key]}
 
 
-@ALLOCATORS.register("mopps", config=AllocatorConfig)
+@ALLOCATORS.register("mopps", config=MoPPSConfig)
 class MoPPS(_PerPromptHistory):
-    """Per-prompt Beta posteriors (prior Beta(1, 1)); Thompson-sample the pool, keep the B samples
-    closest to 0.5; update with the observed successes. `history`: key -> [a, b]."""
+    """Per-prompt Beta posteriors (prior Beta(1, 1)) with discounted evidence; Thompson-sample the pool,
+    keep the B samples closest to 0.5; update with the observed successes. `history`: key -> [a, b]."""
 
     chooses_prompts = True
     history_key = "posterior"
@@ -78,7 +109,8 @@ class MoPPS(_PerPromptHistory):
         for task, tree in zip(tasks, trees):
             s, n = leaf_success(tree)
             a, bb = self.history.get(task_key(task), [1.0, 1.0])
-            self.history[task_key(task)] = [a + s, bb + n - s]
+            keep = self.config.discount  # decay the old evidence toward the Beta(1, 1) prior
+            self.history[task_key(task)] = [1.0 + keep * (a - 1.0) + s, 1.0 + keep * (bb - 1.0) + n - s]
         return StepOutcome(trees=trees)
 
 

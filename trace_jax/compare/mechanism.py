@@ -26,7 +26,7 @@ from scipy import stats as scipy_stats
 from trace_jax.allocation.base import sample_roots
 from trace_jax.allocation.calibration import auc
 from trace_jax.compare.store import cached
-from trace_jax.experiment import derive_seed, log
+from trace_jax.experiment import derive_seed, log, train_tasks
 from trace_jax.rl import learner
 from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rollout.agent_loop import RolloutEngine
@@ -72,7 +72,7 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
     from trace_jax.train import make_allocator  # the trainer's way of building the configured allocator
 
     setup = dataclasses.replace(setup, run=run)
-    policy, tasks = setup.policy(params), setup.source.tasks("train")
+    policy, tasks = setup.policy(params), train_tasks(setup)
     allocator = make_allocator(setup)
     order = np.random.default_rng(derive_seed(seed, "mechanism", "pools")).permutation(len(tasks))
     candidates = run.budget.candidates
