@@ -1,4 +1,4 @@
-"""The headline comparison on multi-hop QA: all seven allocators from one SFT checkpoint (the
+"""The headline comparison on multi-hop QA: all eight allocators from one SFT checkpoint (the
 quickstart's), 60 RL steps at M=32 rollouts per step, 3 seeds, held-out accuracy every 15 steps.
 
   python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/compare_multihop
@@ -17,7 +17,7 @@ import ml_collections
 from configs import quickstart
 from trace_jax.config_files import config_args
 
-ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "tree_random", "entropy_branch", "trace")
+ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "tree_random", "entropy_branch", "trace")
 
 
 def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collections.ConfigDict:

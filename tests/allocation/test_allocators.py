@@ -204,3 +204,12 @@ def test_knapsack_with_histories_does_not_reproduce_grpos_uniform_split():
     alloc.history = {task_key(t): [r] for t, r in zip(pool, [0.5, 0.3, 0.95, 0.1])}
     m = alloc.allocation(pool)
     assert m.sum() == 16 and sorted(m) != [4, 4, 4, 4]
+
+
+def test_pcl_takes_the_b_prompts_predicted_nearest_its_target(tiny_setup, monkeypatch):
+    budget = BudgetConfig(rollouts=8, prompts=2, candidates=6, m_min=2, m_max=4)
+    alloc = _make(tiny_setup, "pcl", budget)
+    monkeypatch.setattr(alloc.predictor, "predict", lambda x: np.array([0.9, 0.1, 0.55, 0.0, 0.45, 1.0])[: len(x)])
+    pool = tiny_setup.source.tasks("train")[:6]
+    outcome = alloc.step(RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=0), pool)
+    assert [t.task.id for t in outcome.trees] == [pool[2].id, pool[4].id] and outcome.root_counts == (4, 4)

@@ -13,7 +13,7 @@ def test_main_grid_is_every_allocator_times_every_seed():
     compare, base = grid.split_config(compare_multihop.get_config())
     runs = grid.validate(base, compare)
     assert [v.name for v in grid.variants(compare)] == list(grid.ALL_ALLOCATORS)
-    assert len(runs) == 7 * 3
+    assert len(runs) == len(grid.ALL_ALLOCATORS) * 3 == 8 * 3
     assert {(r.allocator.name, r.seed) for _, _, r in runs} == {(a, s) for a in grid.ALL_ALLOCATORS for s in (0, 1, 2)}
     # everything but the allocator and the seed is shared
     budgets = {r.budget for _, _, r in runs}
@@ -75,7 +75,7 @@ def test_every_domain_config_validates_with_one_shared_sft_recipe(name, source, 
     for arg, want_steps in ((None, steps), ("runlocal", 5)):
         compare, base = grid.split_config(module.get_config(arg))
         runs = grid.validate(base, compare)
-        assert len(runs) == 21 and {r.task.source for _, _, r in runs} == {source}
+        assert len(runs) == 24 and {r.task.source for _, _, r in runs} == {source}
         assert {r.rl.steps for _, _, r in runs} == {want_steps}
         # :runlocal and the full comparison restore the same SFT checkpoint from one workdir
         assert len({(r.sft, r.model, r.task) for _, _, r in runs}) == 1

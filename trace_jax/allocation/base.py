@@ -135,3 +135,26 @@ class Allocator(abc.ABC):
     def state_template(self, host: dict) -> dict:
         """The array structure of `state()` as checkpointed with this host state."""
         return self.state()
+
+
+class PredictorAllocator(Allocator):
+    """An allocator steered by the trainer's shared success predictor, checkpointed with it."""
+
+    uses_predictor = True
+
+    def __init__(self, config: AllocatorConfig, budget: BudgetConfig, *, seed: int = 0,
+                 predictor: SuccessPredictor | None = None):
+        super().__init__(config, budget, seed=seed, predictor=predictor)
+        self.predictor = predictor
+
+    def state(self):
+        return {"predictor": self.predictor.state()}
+
+    def host_state(self):
+        return {**super().host_state(), "predictor": self.predictor.host_state()}
+
+    def state_template(self, host):
+        return {"predictor": self.predictor.state_template(host["predictor"])}
+
+    def load_state(self, state, host=None):
+        self.predictor.load_state(state["predictor"], None if host is None else host["predictor"])

@@ -1,5 +1,5 @@
 """The allocators that choose prompts or rollouts per prompt but never branch: `grpo`, `dapo`,
-`mopps`, `knapsack` (METHOD.md section 7)."""
+`mopps`, `knapsack`, `pcl` (METHOD.md section 7)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import dataclasses
 import numpy as np
 
 from trace_jax.allocation import solvers
-from trace_jax.allocation.base import ALLOCATORS, Allocator, AllocatorConfig, StepOutcome, leaf_success, sample_roots
-from trace_jax.allocation.base import task_key
+from trace_jax.allocation.base import (ALLOCATORS, Allocator, AllocatorConfig, PredictorAllocator, StepOutcome,
+                                      leaf_success, sample_roots, task_key)
 from trace_jax.allocation.budget import spread
+from trace_jax.allocation.predictor import featurize
 
 
 @ALLOCATORS.register("grpo", config=AllocatorConfig)
@@ -155,3 +156,37 @@ class KnapsackRL(_PerPromptHistory):
             s, n = leaf_success(tree)
             self.history[task_key(task)] = [s / n]
         return StepOutcome(trees=trees)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PCLConfig(AllocatorConfig):
+    """Attributes:
+      target: the predicted success rate PCL wants its prompts at (0.5: the most informative).
+    """
+
+    target: float = 0.5
+
+    def __post_init__(self):
+        if not 0 < self.target < 1:
+            raise ValueError(f"allocator.target must be in (0, 1), got {self.target}")
+
+
+@ALLOCATORS.register("pcl", config=PCLConfig)
+class PCL(PredictorAllocator):
+    """Prompt Curriculum Learning: a value model (the shared success predictor, on the prompt alone)
+    predicts each candidate's success; the B prompts predicted nearest `target` get M/B rollouts each;
+    the value model then learns from their outcomes. No tree, no per-prompt knapsack."""
+
+    chooses_prompts = True
+
+    def step(self, engine, pool):
+        b = self.budget
+        candidates = engine.roots(pool)
+        v = self.predictor.predict(np.stack([featurize(t, t.root) for t in candidates]))
+        chosen = sorted(np.argsort(np.abs(v - self.config.target), kind="stable")[: b.prompts])
+        counts = np.zeros(len(candidates), int)
+        counts[chosen] = spread(b.rollouts, len(chosen))
+        engine.expand(candidates, [(i, 0, int(k)) for i, k in enumerate(counts) if k > 0])
+        trees = [candidates[i] for i in chosen]
+        return StepOutcome(trees=trees, root_counts=tuple(int(counts[i]) for i in chosen),
+                           predictor_loss=self.predictor.update(trees))

@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from trace_jax.allocation import solvers
-from trace_jax.allocation.base import ALLOCATORS, Allocator, AllocatorConfig, StepOutcome, spend_leftover
+from trace_jax.allocation.base import ALLOCATORS, AllocatorConfig, PredictorAllocator, StepOutcome, spend_leftover
 from trace_jax.allocation.budget import BudgetConfig, spread
 from trace_jax.allocation.calibration import calibration
 from trace_jax.allocation.predictor import featurize
@@ -90,16 +90,14 @@ def new_success(tree: RolloutTree, node_id: int, new_leaves: list[int]) -> float
 
 
 @ALLOCATORS.register("trace", config=TraceConfig)
-class TRACE(Allocator):
+class TRACE(PredictorAllocator):
     """Stage 1: roots by the predicted chance of mixed outcomes; stage 2: prefixes by the chance a
     continuation disagrees with the outcome already seen through them; one shared predictor."""
 
     chooses_prompts = True
-    uses_predictor = True
 
     def __init__(self, config: TraceConfig, budget, *, seed=0, predictor=None):
         super().__init__(config, budget, seed=seed, predictor=predictor)
-        self.predictor = predictor
         self.choose_roots = ROOT_POLICIES[config.roots]
 
     def _root_budget(self) -> int:
@@ -195,18 +193,6 @@ class TRACE(Allocator):
         picked = np.flatnonzero(k)
         return ([(*points[p], int(k[p])) for p in picked], [float(u[p]) for p in picked],
                 float(np.sum(k * cost)))
-
-    def state(self):
-        return {"predictor": self.predictor.state()}
-
-    def host_state(self):
-        return {**super().host_state(), "predictor": self.predictor.host_state()}
-
-    def state_template(self, host):
-        return {"predictor": self.predictor.state_template(host["predictor"])}
-
-    def load_state(self, state, host=None):
-        self.predictor.load_state(state["predictor"], None if host is None else host["predictor"])
 
 
 def _local_budgets(counts: np.ndarray, n: int, available: float) -> list[float]:

@@ -10,7 +10,7 @@ import dataclasses
 from trace_jax import run_config
 from trace_jax.allocation import ALLOCATORS
 
-ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "tree_random", "entropy_branch", "trace")
+ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "tree_random", "entropy_branch", "trace")
 
 # Each ablation: variant name -> config overrides ("section.field": value). Every variant spends the
 # same budget; the baselines in the stages table are the uniform cells of the paper's uniform/active table.
