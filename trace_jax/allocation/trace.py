@@ -122,20 +122,18 @@ class TRACE(PredictorAllocator):
         remaining = float(b.rollouts - int(m.sum()))
         held_out = self._holdout(engine, trees) if c.prefixes != "none" else []
         remaining -= len(held_out)
-        if c.prefixes != "none":
-            if c.prefix_budget == "local":
-                for i, tree_budget in enumerate(_local_budgets(m[m > 0], c.branch_n, remaining)):
-                    spent, pairs = self._expand_prefixes(engine, trees, [i], max(tree_budget, 0.0))
-                    remaining -= spent
-                    chosen += pairs
-            else:
-                for r in range(b.rounds):
-                    if not branch_points(trees):
-                        break
-                    spent, pairs = self._expand_prefixes(engine, trees, range(len(trees)),
-                                                         remaining / (b.rounds - r))
-                    remaining -= spent
-                    chosen += pairs
+        if c.prefixes != "none" and c.prefix_budget == "local":  # one round, every prompt on its own prefixes
+            groups = [([i], max(x, 0.0)) for i, x in enumerate(_local_budgets(m[m > 0], c.branch_n, remaining))]
+            spent, pairs = self._expand_prefixes(engine, trees, groups)
+            remaining -= spent
+            chosen += pairs
+        elif c.prefixes != "none":
+            for r in range(b.rounds):
+                if not branch_points(trees):
+                    break
+                spent, pairs = self._expand_prefixes(engine, trees, [(range(len(trees)), remaining / (b.rounds - r))])
+                remaining -= spent
+                chosen += pairs
         leftover = int(np.floor(remaining + 1e-9))  # whole rollouts (cost 1 in either unit) to the roots
         spend_leftover(engine, trees, leftover)
         return StepOutcome(trees=trees, calibration=_calibration(chosen), holdout_calibration=_calibration(held_out),
@@ -154,20 +152,25 @@ class TRACE(PredictorAllocator):
         return [(float(p), new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
                 for p, (i, j) in zip(u, picked)]
 
-    def _expand_prefixes(self, engine, trees, which, budget: float) -> tuple[float, list[tuple[float, float]]]:
-        """One round of stage 2 over the trees `which`; returns (budget units spent, (u, outcome) pairs)."""
-        c = self.config
-        subset = [trees[i] for i in which]
-        if c.prefixes == "uniform":
-            anchors = [(list(which)[t], j, k) for t, j, k in random_anchors(subset, self.rng, budget,
-                                                                             self.budget.branch_k)]
-            engine.expand(trees, anchors)
-            return float(sum(k for _, _, k in anchors)), []
-        anchors, predictions, spent = self._choose(subset, budget)
-        anchors = [(list(which)[t], j, k) for t, j, k in anchors]
+    def _expand_prefixes(self, engine, trees, groups) -> tuple[float, list[tuple[float, float]]]:
+        """One round of stage 2: each group (tree indices, budget) chooses among its own trees' prefixes;
+        all choices are sampled in one batch. Returns (budget units spent, (u, outcome) pairs)."""
+        anchors, predictions, spent = [], [], 0.0
+        for which, budget in groups:
+            which = list(which)
+            subset = [trees[i] for i in which]
+            if self.config.prefixes == "uniform":
+                chosen = random_anchors(subset, self.rng, budget, self.budget.branch_k)
+                cost, u = float(sum(k for _, _, k in chosen)), [float("nan")] * len(chosen)
+            else:
+                chosen, u, cost = self._choose(subset, budget)
+            anchors += [(which[t], j, k) for t, j, k in chosen]
+            predictions += u
+            spent += cost
         new = engine.expand(trees, anchors)
-        return spent, [(p, new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
-                       for p, (i, j, _) in zip(predictions, anchors)]
+        pairs = [(p, new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
+                 for p, (i, j, _) in zip(predictions, anchors)]
+        return spent, [(p, o) for p, o in pairs if not np.isnan(p)]  # uniform choices predict nothing
 
     def _choose(self, trees: list[RolloutTree], budget: float) -> tuple[list[Anchor], list[float], float]:
         """Stage 2's choice over `trees`: anchors (tree index in `trees`, node, k), their u, the spend."""
