@@ -68,6 +68,7 @@ class StepRecord:
       holdout_calibration: the predictor on random anchors held out from the choice (trace, unbiased).
       root_counts: stage-1 rollouts per chosen prompt (allocators that choose them).
       predictor_loss: the predictor's training loss this step (trace).
+      kappa: the posterior prefix chooser's prior strength after this step (trace, fitted or configured).
     """
 
     step: int
@@ -81,6 +82,7 @@ class StepRecord:
     holdout_calibration: Calibration | None = None
     root_counts: tuple[int, ...] | None = None
     predictor_loss: float | None = None
+    kappa: float | None = None
 
     @property
     def root_m_std(self) -> float | None:

@@ -213,3 +213,19 @@ def test_pcl_takes_the_b_prompts_predicted_nearest_its_target(tiny_setup, monkey
     pool = tiny_setup.source.tasks("train")[:6]
     outcome = alloc.step(RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=0), pool)
     assert [t.task.id for t in outcome.trees] == [pool[2].id, pool[4].id] and outcome.root_counts == (4, 4)
+
+
+def test_trace_fits_kappa_to_its_held_out_anchors_and_checkpoints_them(tiny_setup):
+    with pytest.raises(ValueError, match="holdout > 0"):
+        TraceConfig(prefixes="posterior", kappa=0)
+    config = TraceConfig(prefixes="posterior", kappa=0, holdout=3)
+    alloc = _make(tiny_setup, config, BudgetConfig(rollouts=16, prompts=3, candidates=6, m_min=2, m_max=4))
+    assert alloc.kappa == 4.0  # cold start
+    outcome = alloc.step(RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=3),
+                         tiny_setup.source.tasks("train")[:6])
+    assert len(alloc.noise_samples) == outcome.holdout_calibration.n == len(outcome.holdout_pairs) <= 3
+    alloc.noise_samples = [[0.5, 1.0, 1.0, 1.0]] * 40  # outcomes always repeat the one seen: trust it
+    assert alloc.kappa <= 0.5
+    restored = _make(tiny_setup, config, BudgetConfig(rollouts=16, prompts=3, candidates=6, m_min=2, m_max=4))
+    restored.load_host_state(json.loads(json.dumps(alloc.host_state())))
+    assert restored.noise_samples == alloc.noise_samples and restored.kappa == alloc.kappa

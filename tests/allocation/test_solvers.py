@@ -99,3 +99,16 @@ def test_value_table_greedy_matches_brute_force(seed):
     best = max((sum(values[j, c[j]] for j in range(4)), c) for c in itertools.product(range(5), repeat=4)
                if sum(c) <= budget)[0]
     assert sum(values[j, k[j]] for j in range(4)) == pytest.approx(best) and k.sum() <= budget
+
+
+def test_fit_kappa_recovers_how_much_the_observed_outcome_matters():
+    """Anchors whose true success rate sits between the predictor's u and the one outcome seen:
+    data drawn with p = E[Beta(k u + s, k (1 - u) + 1 - s)] for k = 4 is fitted near 4, and
+    data where the outcome seen says nothing (p = u) is fitted at a large kappa."""
+    rng = np.random.default_rng(0)
+    u, s = rng.uniform(0.1, 0.9, 20000), rng.integers(0, 2, 20000).astype(float)
+    n = np.ones(20000)
+    y = (rng.random(20000) < (4 * u + s) / (4 + 1)).astype(float)
+    assert 2.5 <= solvers.fit_kappa(u, s, n, y) <= 6.5
+    y = (rng.random(20000) < u).astype(float)
+    assert solvers.fit_kappa(u, s, n, y) >= 64

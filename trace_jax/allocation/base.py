@@ -50,6 +50,7 @@ class StepOutcome:
       holdout_pairs: those anchors' (prediction, outcome) pairs, for pooling over steps.
       root_counts: rollouts given to each chosen prompt at the root, when the allocator chose them.
       predictor_loss: the predictor's training loss after this step's update (trace).
+      kappa: the prior strength of the posterior prefix chooser (trace, prefixes="posterior").
     """
 
     trees: list[RolloutTree]
@@ -60,6 +61,7 @@ class StepOutcome:
     holdout_pairs: tuple[tuple[float, float], ...] = ()
     root_counts: tuple[int, ...] | None = None
     predictor_loss: float | None = None
+    kappa: float | None = None
 
 
 def make(config: AllocatorConfig | str, budget: BudgetConfig, *, seed: int = 0,

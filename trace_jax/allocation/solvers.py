@@ -175,3 +175,18 @@ def agreement(success: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     r = np.asarray(success, np.float64)
     u = np.asarray(predicted, np.float64)
     return r * u + (1 - r) * (1 - u)
+
+
+def fit_kappa(u: np.ndarray, successes: np.ndarray, leaves: np.ndarray, outcomes: np.ndarray,
+              grid: np.ndarray = np.geomspace(0.25, 256.0, 41)) -> float:
+    """The prior strength kappa that best predicts fresh outcomes at anchors: maximum likelihood over
+    `grid` of y ~ Bernoulli(E[p]) with p ~ Beta(kappa u + s, kappa (1 - u) + n - s), from anchors
+    (prediction u, s successes among the n leaves seen below) and their next continuation's outcome y.
+    Small kappa trusts the observed outcome, large kappa the predictor."""
+    u = np.clip(np.asarray(u, np.float64), 1e-6, 1 - 1e-6)[:, None]
+    s, n = np.asarray(successes, np.float64)[:, None], np.asarray(leaves, np.float64)[:, None]
+    y = np.asarray(outcomes, np.float64)[:, None]
+    k = np.asarray(grid, np.float64)[None, :]
+    p = np.clip((k * u + s) / (k + n), 1e-9, 1 - 1e-9)
+    loglik = np.sum(y * np.log(p) + (1 - y) * np.log(1 - p), axis=0)
+    return float(grid[int(np.argmax(loglik))])

@@ -31,6 +31,9 @@ from trace_jax.allocation.tree_allocators import Anchor, branch_points, expected
 from trace_jax.rollout.tree import RolloutTree
 
 K_MAX = 16  # continuations one anchor can get in one round
+NOISE_WINDOW = 1024  # held-out anchors kept for fitting kappa (recent ones: the policy drifts)
+NOISE_MIN_SAMPLES = 16  # fewer than this: the cold-start kappa
+KAPPA_COLD_START = 4.0
 
 
 def predicted_roots(v: np.ndarray, budget: BudgetConfig, root_budget: int) -> np.ndarray:
@@ -60,7 +63,8 @@ class TraceConfig(AllocatorConfig):
       prefixes: stage 2's chooser: "agreement", "posterior", "uniform" or "none".
       prefix_budget: "global" (one pool, budget.rounds rounds) or "local" (m_i * branch_n per prompt).
       branch_n: N, continuations per bare rollout in the local mode.
-      kappa: strength of the predictor's prior in the posterior chooser (pseudo-observations).
+      kappa: strength of the predictor's prior in the posterior chooser (pseudo-observations); 0 fits
+        it each step, by maximum likelihood, to the held-out anchors' outcomes so far (needs holdout > 0).
       holdout: random anchors per step given one continuation each to score the predictor unbiasedly.
     """
 
@@ -78,9 +82,11 @@ class TraceConfig(AllocatorConfig):
             raise ValueError(f"allocator.prefixes must be one of {PREFIX_CHOOSERS}, got {self.prefixes!r}")
         if self.prefix_budget not in ("global", "local"):
             raise ValueError(f"allocator.prefix_budget must be 'global' or 'local', got {self.prefix_budget!r}")
-        if self.branch_n < 1 or self.kappa <= 0 or self.holdout < 0:
-            raise ValueError(f"need allocator.branch_n >= 1, kappa > 0, holdout >= 0; got {self.branch_n}, "
+        if self.branch_n < 1 or self.kappa < 0 or self.holdout < 0:
+            raise ValueError(f"need allocator.branch_n >= 1, kappa >= 0, holdout >= 0; got {self.branch_n}, "
                              f"{self.kappa}, {self.holdout}")
+        if self.kappa == 0 and self.holdout == 0:
+            raise ValueError("allocator.kappa=0 fits kappa to held-out anchors: set allocator.holdout > 0")
 
 
 def new_success(tree: RolloutTree, node_id: int, new_leaves: list[int]) -> float:
@@ -99,6 +105,23 @@ class TRACE(PredictorAllocator):
     def __init__(self, config: TraceConfig, budget, *, seed=0, predictor=None):
         super().__init__(config, budget, seed=seed, predictor=predictor)
         self.choose_roots = ROOT_POLICIES[config.roots]
+        self.noise_samples: list[list[float]] = []  # held-out anchors: [u, successes below, leaves below, outcome]
+
+    @property
+    def kappa(self) -> float:
+        """The prior strength in use: the configured one, or fitted to the held-out anchors so far."""
+        if self.config.kappa > 0:
+            return self.config.kappa
+        if len(self.noise_samples) < NOISE_MIN_SAMPLES:
+            return KAPPA_COLD_START
+        return solvers.fit_kappa(*np.asarray(self.noise_samples, np.float64).T)
+
+    def host_state(self):
+        return {**super().host_state(), "noise_samples": self.noise_samples}
+
+    def load_host_state(self, state):
+        super().load_host_state(state)
+        self.noise_samples = [list(x) for x in state.get("noise_samples", [])]
 
     def _root_budget(self) -> int:
         b, c = self.budget, self.config
@@ -139,7 +162,8 @@ class TRACE(PredictorAllocator):
         return StepOutcome(trees=trees, calibration=_calibration(chosen), holdout_calibration=_calibration(held_out),
                            holdout_pairs=tuple(held_out),
                            budget_spent=b.rollouts - remaining + max(leftover, 0),
-                           root_counts=tuple(int(k) for k in m[m > 0]), predictor_loss=self.predictor.update(trees))
+                           root_counts=tuple(int(k) for k in m[m > 0]), predictor_loss=self.predictor.update(trees),
+                           kappa=self.kappa if c.prefixes == "posterior" else None)
 
     def _holdout(self, engine, trees) -> list[tuple[float, float]]:
         """One continuation from each of `holdout` uniformly random turn boundaries: (u, outcome)."""
@@ -148,9 +172,16 @@ class TRACE(PredictorAllocator):
         if not picked:
             return []
         u = self.predictor.predict(np.stack([featurize(trees[i], trees[i].nodes[j]) for i, j in picked]))
+        below = []  # (successes, leaves) below each anchor before its held-out continuation
+        for i, j in picked:
+            values, counts = trees[i].values()
+            below.append((float(round(values[j] * counts[j])), float(counts[j])))
         new = engine.expand(trees, [(i, j, 1) for i, j in picked])
-        return [(float(p), new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
-                for p, (i, j) in zip(u, picked)]
+        pairs = [(float(p), new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
+                 for p, (i, j) in zip(u, picked)]
+        samples = [[p, s, n, y] for (p, y), (s, n) in zip(pairs, below)]
+        self.noise_samples = (self.noise_samples + samples)[-NOISE_WINDOW:]
+        return pairs
 
     def _expand_prefixes(self, engine, trees, groups) -> tuple[float, list[tuple[float, float]]]:
         """One round of stage 2: each group (tree indices, budget) chooses among its own trees' prefixes;
@@ -183,7 +214,7 @@ class TRACE(PredictorAllocator):
         if self.config.prefixes == "posterior":
             successes = np.array([v[nid] * cnt[nid] for (v, cnt), nid in below])
             leaves = np.array([cnt[nid] for (_, cnt), nid in below])
-            values = solvers.posterior_values(u, np.round(successes), leaves, self.config.kappa, K_MAX)
+            values = solvers.posterior_values(u, np.round(successes), leaves, self.kappa, K_MAX)
         else:
             values = solvers.agreement_values(solvers.agreement(np.array([v[nid] for (v, _), nid in below]), u),
                                               K_MAX)
