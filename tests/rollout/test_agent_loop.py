@@ -82,3 +82,24 @@ def test_an_episode_limit_beyond_the_engines_turn_range_is_refused(tiny_setup):
     env = tiny_setup.source.make_env(Limits(max_turns=MAX_TURNS + 1))
     with pytest.raises(ValueError, match=f"max_turns={MAX_TURNS + 1} exceeds the engine's {MAX_TURNS}"):
         RolloutEngine(tiny_setup.policy, env, seed=0)
+
+
+def test_tool_calls_accumulate_across_expand_calls_on_different_trees(tiny_setup, monkeypatch):
+    """DAPO rolls groups in several calls on different trees: the ledger counts every call's tools
+    (it once kept only the last call's trees). Every turn here counts as one tool call."""
+    from trace_jax.envs import protocol
+    step = protocol.Episode.step
+
+    def counting_step(self, text, num_tokens=0):
+        result = step(self, text, num_tokens)
+        self.tool_calls += 1
+        return result
+
+    monkeypatch.setattr(protocol.Episode, "step", counting_step)
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=6)
+    tasks = tiny_setup.source.tasks("train")
+    first, second = engine.roots(tasks[:2]), engine.roots(tasks[2:4])
+    engine.expand(first, [(0, 0, 3), (1, 0, 3)])
+    engine.expand(second, [(0, 0, 3), (1, 0, 3)])
+    assert engine.ledger.tool_calls == sum(t.tool_calls() for t in first + second)
+    assert sum(t.tool_calls() for t in first) > 0 and sum(t.tool_calls() for t in second) > 0

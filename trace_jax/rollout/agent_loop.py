@@ -173,6 +173,7 @@ class RolloutEngine:
             node = tree.add(branch.node, tokens=tokens, logprobs=gen.logprobs[i, :n].tolist(),
                             entropy=gen.entropy[i, :n].tolist(), tool_calls=branch.episode.tool_calls,
                             origin=branch.origin)
+            self.ledger.tool_calls += node.tool_calls - tree.nodes[node.parent].tool_calls  # this turn's own calls
             branch.node = node.id
             if result.done:
                 node.terminal, node.reward, node.success = True, result.reward, result.success
@@ -183,7 +184,6 @@ class RolloutEngine:
             node.observation = observations[i] = p.renderer.observation(result.observation)
             boundaries[i] = node
             self.ledger.tokens_prefilled += len(node.observation)
-        self.ledger.tool_calls = sum(t.tool_calls() for t in trees)
         return observations, boundaries
 
     def _extend(self, trees, branches, state, observations, boundaries, sid):
