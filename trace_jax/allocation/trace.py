@@ -210,14 +210,13 @@ class TRACE(PredictorAllocator):
             return [], [], 0.0
         nodes = [(trees[i], trees[i].nodes[j]) for i, j in points]
         u = self.predictor.predict(np.stack([featurize(t, n) for t, n in nodes]))
-        below = [(t.values(), n.id) for t, n in nodes]
+        backed_up = {i: trees[i].values() for i in {i for i, _ in points}}  # (V, n) per node, once per tree
+        observed = np.array([backed_up[i][0][j] for i, j in points])  # mean success of the leaves below
+        leaves = np.array([backed_up[i][1][j] for i, j in points])
         if self.config.prefixes == "posterior":
-            successes = np.array([v[nid] * cnt[nid] for (v, cnt), nid in below])
-            leaves = np.array([cnt[nid] for (_, cnt), nid in below])
-            values = solvers.posterior_values(u, np.round(successes), leaves, self.kappa, K_MAX)
+            values = solvers.posterior_values(u, np.round(observed * leaves), leaves, self.kappa, K_MAX)
         else:
-            values = solvers.agreement_values(solvers.agreement(np.array([v[nid] for (v, _), nid in below]), u),
-                                              K_MAX)
+            values = solvers.agreement_values(solvers.agreement(observed, u), K_MAX)
         if self.budget.unit == "tokens":
             remaining_tokens = expected_remaining_tokens(trees)
             cost = np.array([remaining_tokens(n.depth) for _, n in nodes])
