@@ -4,7 +4,8 @@ budget over several seeds (`trace_jax.compare.runner.run_comparison`).
   python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/compare_multihop
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/compare_local
   python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/ablate --ablation=stages
-  (ablations: stages, stage2, unit, lambda_local, featurizer)
+  (ablations: stages, stage2, lambda_local, featurizer)
+  ... --unit=tokens  (every run at the measured tokens GRPO's M rollouts cost, instead of M rollouts)
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/mech --study=mechanism
 
 Writes results.json, results.md and PNG plots under the workdir; re-running the same command resumes.
@@ -24,13 +25,16 @@ flags.DEFINE_enum("study", None, ["mechanism"],
                   "Instead of training: the frozen-policy mechanism study (gradient cosine to a reference per "
                   "allocation step, effective ratio, stage-1 spread, held-out predictor AUC; overrides "
                   "config.compare.study).")
+flags.DEFINE_enum("unit", None, ["rollouts", "tokens"],
+                  "The framing of equal cost (overrides config.compare.unit): M rollouts per step, or the measured "
+                  "tokens GRPO's M rollouts cost on the SFT policy; reports go to results_tokens.* / mechanism_tokens.*.")
 flags.DEFINE_list("seeds", None, "RL seeds (overrides config.compare.seeds), e.g. 0,1,2.")
 flags.DEFINE_list("allocators", None, "Allocators of the main comparison (overrides config.compare.allocators).")
 
 
 def compare(config, workdir):
     from trace_jax.compare.runner import run_comparison
-    return run_comparison(config, workdir, ablation=FLAGS.ablation, study=FLAGS.study,
+    return run_comparison(config, workdir, ablation=FLAGS.ablation, study=FLAGS.study, unit=FLAGS.unit,
                           seeds=None if FLAGS.seeds is None else tuple(int(s) for s in FLAGS.seeds),
                           allocators=None if FLAGS.allocators is None else tuple(FLAGS.allocators))
 

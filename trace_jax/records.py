@@ -69,6 +69,7 @@ class StepRecord:
       root_counts: stage-1 rollouts per chosen prompt (allocators that choose them).
       predictor_loss: the predictor's training loss this step (trace).
       kappa: the posterior prefix chooser's prior strength after this step (trace, fitted or configured).
+      rollout_budget: the M the step was planned with (budget.rollouts; with unit="tokens" the meter's M_s).
     """
 
     step: int
@@ -83,6 +84,7 @@ class StepRecord:
     root_counts: tuple[int, ...] | None = None
     predictor_loss: float | None = None
     kappa: float | None = None
+    rollout_budget: int | None = None
 
     @property
     def root_m_std(self) -> float | None:

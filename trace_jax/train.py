@@ -121,7 +121,8 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
     record = StepRecord(step=step, ledger=ledger, trees=trees, timings=timings, learner=metrics,
                         budget_spent=outcome.budget_spent, groups_sampled=outcome.groups_sampled,
                         calibration=outcome.calibration, holdout_calibration=outcome.holdout_calibration,
-                        root_counts=outcome.root_counts, predictor_loss=outcome.predictor_loss, kappa=outcome.kappa)
+                        root_counts=outcome.root_counts, predictor_loss=outcome.predictor_loss, kappa=outcome.kappa,
+                        rollout_budget=outcome.rollout_budget)
     return params, opt_state, record
 
 

@@ -26,7 +26,6 @@ def test_main_grid_is_every_allocator_times_every_seed():
       ("trace", "uniform", "agreement"), ("trace", "predicted", "agreement")]),
     ("stage2", lambda rs: [(r.allocator.prefix_budget, r.allocator.prefixes) for r in rs] ==
      [("global", "agreement"), ("global", "posterior"), ("local", "agreement"), ("local", "posterior")]),
-    ("unit", lambda rs: [r.budget.unit for r in rs] == ["rollouts", "tokens"]),
     ("lambda_local", lambda rs: [r.advantage.lambda_local for r in rs] == [0.5, 0.0]),
     ("featurizer", lambda rs: [r.predictor.features for r in rs] == ["hidden+scalars", "hidden", "scalars"]),
 ])
@@ -34,6 +33,16 @@ def test_ablation_variants(ablation, check):
     compare, base = grid.split_config(compare_multihop.get_config())
     compare = dataclasses.replace(compare, ablation=ablation, seeds=(0,))
     assert check([r for _, _, r in grid.validate(base, compare)])
+
+
+def test_the_tokens_framing_puts_every_variant_on_the_same_measured_cap():
+    compare, base = grid.split_config(compare_multihop.get_config())
+    compare = dataclasses.replace(compare, unit="tokens", seeds=(0,))
+    runs = grid.validate(grid.framed(base, compare, 4321), compare)
+    assert {(r.budget.unit, r.budget.tokens) for _, _, r in runs} == {("tokens", 4321)}
+    assert grid.suffix(compare) == "_tokens" and grid.framed(base, dataclasses.replace(compare, unit="rollouts"), 1) == base
+    with pytest.raises(ValueError, match="unit must be"):
+        dataclasses.replace(compare, unit="seconds")
 
 
 def test_bad_compare_fields_are_named():

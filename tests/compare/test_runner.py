@@ -125,3 +125,33 @@ def test_the_mechanism_study_measures_every_variant_and_resumes(compared, monkey
     from trace_jax.compare import mechanism
     monkeypatch.setattr(mechanism, "variant_study", lambda *a, **k: pytest.fail("recomputed a stored variant"))
     assert run_comparison(c, workdir, study="mechanism") == head
+
+
+def test_equal_tokens_framing_measures_the_cap_and_audits_every_variant_against_it(compared):
+    """compare.unit="tokens": the cap is what GRPO's M rollouts cost on the SFT policy (measured once,
+    cached), every variant re-plans M from measured cost, and its running total is audited."""
+    workdir, _ = compared
+    c = _config()
+    c.compare.unit, c.compare.token_calibration = "tokens", 16
+    c.compare.mechanism_steps, c.compare.mechanism_reference, c.compare.mechanism_group = 4, 16, 4
+    c.compare.mechanism_holdout = 1
+    head = run_comparison(c, workdir, study="mechanism")
+    with open(os.path.join(workdir, "shared", "token_cap.json")) as f:
+        measured = json.load(f)["value"]
+    cap = round(8 * measured["cost_per_rollout"])
+    with open(os.path.join(workdir, "mechanism_tokens.json")) as f:
+        result = json.load(f)
+    assert result["budget"]["unit"] == "tokens" and result["budget"]["tokens"] == cap
+    for name, v in result["variants"].items():
+        assert abs(v["cost_drift_steps"]) <= 0.5, name
+        assert v["rollouts_planned_per_step"] >= 4
+    assert set(head["rollouts_per_step"]) == set(result["variants"])
+    assert "equal measured tokens" in open(os.path.join(workdir, "mechanism_tokens.md")).read()
+    assert os.path.exists(os.path.join(workdir, "mechanism.md"))  # the rollouts framing's report is kept
+
+    c.compare.seeds, c.compare.allocators = (0,), ("grpo",)
+    run_comparison(c, workdir)
+    with open(os.path.join(workdir, "results_tokens.json")) as f:
+        (run,) = json.load(f)["runs"]
+    assert "equal measured tokens" in open(os.path.join(workdir, "results_tokens.md")).read()
+    assert os.path.exists(os.path.join(workdir, "results.md"))

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from trace_jax.allocation.budget import BudgetConfig, spread
+from trace_jax.allocation.budget import BudgetConfig, TokenMeter, spread
 from trace_jax.allocation.calibration import Calibration
 from trace_jax.allocation.predictor import SuccessPredictor
 from trace_jax.envs.protocol import Task
@@ -51,6 +51,7 @@ class StepOutcome:
       root_counts: rollouts given to each chosen prompt at the root, when the allocator chose them.
       predictor_loss: the predictor's training loss after this step's update (trace).
       kappa: the prior strength of the posterior prefix chooser (trace, prefixes="posterior").
+      rollout_budget: the M this step was planned with (budget.rollouts, or the token meter's M_s).
     """
 
     trees: list[RolloutTree]
@@ -62,6 +63,7 @@ class StepOutcome:
     root_counts: tuple[int, ...] | None = None
     predictor_loss: float | None = None
     kappa: float | None = None
+    rollout_budget: int | None = None
 
 
 def make(config: AllocatorConfig | str, budget: BudgetConfig, *, seed: int = 0,
@@ -100,8 +102,10 @@ def spend_leftover(engine: RolloutEngine, trees: list[RolloutTree], rollouts: in
 
 
 class Allocator(abc.ABC):
-    """Base of every allocator. Subclasses set `chooses_prompts` (offered C candidates, else B
-    prompts) and `uses_predictor` (built with the trainer's shared `SuccessPredictor`)."""
+    """Base of every allocator. Subclasses implement `allocate` (spend `self.budget` on a pool) and set
+    `chooses_prompts` (offered C candidates, else B prompts) and `uses_predictor` (built with the
+    trainer's shared `SuccessPredictor`). Callers call `step`, which under budget.unit="tokens" sets
+    `self.budget.rollouts` from the token meter first and books the step's measured cost after."""
 
     chooses_prompts = False
     uses_predictor = False
@@ -110,15 +114,27 @@ class Allocator(abc.ABC):
                  predictor: SuccessPredictor | None = None):
         if self.uses_predictor and predictor is None:
             raise ValueError(f"the {config.name} allocator steers by a SuccessPredictor: pass predictor=...")
-        self.config, self.budget, self.rng = config, budget, np.random.default_rng(seed)
+        self.config, self.rng = config, np.random.default_rng(seed)
+        self.configured_budget = self.budget = budget
+        self.meter = TokenMeter(budget) if budget.unit == "tokens" else None
 
     @property
     def pool_size(self) -> int:
         return self.budget.candidates if self.chooses_prompts else self.budget.prompts
 
-    @abc.abstractmethod
     def step(self, engine: RolloutEngine, pool: Sequence[Task]) -> StepOutcome:
-        """Spends the step's budget on `pool` and returns the trees to train on."""
+        """One step on `pool` with a fresh `engine` (its ledger counts this step alone)."""
+        if self.meter is not None:
+            self.budget = dataclasses.replace(self.configured_budget, rollouts=self.meter.rollouts())
+        outcome = self.allocate(engine, pool)
+        if self.meter is not None:
+            spent = engine.ledger.rollouts_started if outcome.budget_spent is None else outcome.budget_spent
+            self.meter.record(self.budget.cost(engine.ledger), spent)
+        return dataclasses.replace(outcome, rollout_budget=self.budget.rollouts)
+
+    @abc.abstractmethod
+    def allocate(self, engine: RolloutEngine, pool: Sequence[Task]) -> StepOutcome:
+        """Spends `self.budget` on `pool` and returns the trees to train on."""
 
     def state(self) -> dict:
         """Array state to checkpoint with orbax (e.g. the predictor)."""
@@ -128,11 +144,16 @@ class Allocator(abc.ABC):
         pass
 
     def host_state(self) -> dict:
-        """Small JSON-able state to checkpoint (RNG, posteriors, success rates)."""
-        return {"rng": self.rng.bit_generator.state}
+        """Small JSON-able state to checkpoint (RNG, token meter, posteriors, success rates)."""
+        return {"rng": self.rng.bit_generator.state, **({"meter": self.meter.state()} if self.meter else {})}
 
     def load_host_state(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
+        if self.meter is not None:
+            if "meter" not in state:
+                raise ValueError("the checkpoint has no token meter state: it was written under budget.unit="
+                                 "'rollouts'")
+            self.meter.load(state["meter"])
 
     def state_template(self, host: dict) -> dict:
         """The array structure of `state()` as checkpointed with this host state."""

@@ -18,7 +18,7 @@ from trace_jax.allocation.predictor import featurize
 class GRPO(Allocator):
     """B prompts as given, M/B rollouts each."""
 
-    def step(self, engine, pool):
+    def allocate(self, engine, pool):
         b = self.budget
         return StepOutcome(trees=sample_roots(engine, pool[: b.prompts], spread(b.rollouts, b.prompts)))
 
@@ -59,7 +59,7 @@ class DAPO(Allocator):
 
     chooses_prompts = True
 
-    def step(self, engine, pool):
+    def allocate(self, engine, pool):
         b = self.budget
         group = max(b.m_min, b.rollouts // max(1, round(self.config.oversample * b.prompts)))
         kept, spent, index = [], 0, 0
@@ -100,7 +100,7 @@ class MoPPS(_PerPromptHistory):
     chooses_prompts = True
     history_key = "posterior"
 
-    def step(self, engine, pool):
+    def allocate(self, engine, pool):
         b = self.budget
         params = np.array([self.history.get(task_key(t), [1.0, 1.0]) for t in pool])
         draws = self.rng.beta(params[:, 0], params[:, 1])
@@ -148,7 +148,7 @@ class KnapsackRL(_PerPromptHistory):
             i += 1
         return m
 
-    def step(self, engine, pool):
+    def allocate(self, engine, pool):
         tasks = list(pool[: self.budget.prompts])
         m = self.allocation(tasks)
         trees = sample_roots(engine, tasks, m)
@@ -179,7 +179,7 @@ class PCL(PredictorAllocator):
 
     chooses_prompts = True
 
-    def step(self, engine, pool):
+    def allocate(self, engine, pool):
         b = self.budget
         candidates = engine.roots(pool)
         v = self.predictor.predict(np.stack([featurize(t, t.root) for t in candidates]))

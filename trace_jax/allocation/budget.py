@@ -1,9 +1,16 @@
 """The per-step rollout budget every allocator spends (METHOD.md sections 4, 5 and 7), and the
-integer arithmetic of spreading it."""
+integer arithmetic of spreading it, and the token meter that turns a cap on measured tokens into
+each step's rollout budget."""
 
 from __future__ import annotations
 
 import dataclasses
+
+import numpy as np
+
+from trace_jax.rollout.tree import Ledger
+
+MAX_ROLLOUT_SCALE = 4  # unit="tokens": a step's rollout budget is at most this many times budget.rollouts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -11,13 +18,20 @@ class BudgetConfig:
     """The per-step budget every allocator spends.
 
     Attributes:
-      rollouts: M, rollouts per step (or rollout-equivalents of tokens with unit="tokens").
+      rollouts: M, rollouts per step; with unit="tokens" only the first step's plan (the token meter
+        sets each later step's M from the measured cost per rollout).
       prompts: B, prompts trained per step (at most).
       candidates: C, candidate prompts offered to allocators that choose prompts.
       m_min, m_max: rollouts per chosen prompt at the root.
       root_fraction: M1 / M for the tree allocators (the rest branches at prefixes).
       rounds: L, prefix-expansion rounds.
-      unit: "rollouts" (each continuation costs 1) or "tokens" (costs its expected remaining tokens).
+      unit: "rollouts" (every step spends exactly M rollouts) or "tokens" (every step spends `tokens` of
+        measured cost: generated tokens + prefill_weight x prefilled tokens, counted by the engine's
+        ledger; the running total is kept within half a step of steps x tokens, and TRACE prices a
+        continuation by its expected remaining tokens).
+      tokens: with unit="tokens", the measured cost each step spends.
+      prefill_weight: what one prefilled token costs relative to a generated one (0: the budget is
+        generated tokens alone; prefill and tool calls are still counted and reported).
       branch_k: continuations per branch point for tree_random / entropy_branch.
       solver: "greedy" or "dp" for TRACE's stage 1.
     """
@@ -30,12 +44,20 @@ class BudgetConfig:
     root_fraction: float = 0.5
     rounds: int = 1
     unit: str = "rollouts"
+    tokens: int = 0
+    prefill_weight: float = 0.0
     branch_k: int = 2
     solver: str = "greedy"
 
     def __post_init__(self):
         if self.unit not in ("rollouts", "tokens"):
             raise ValueError(f"budget.unit must be 'rollouts' or 'tokens', got {self.unit!r}")
+        if self.unit == "tokens" and self.tokens <= 0:
+            raise ValueError(f"budget.unit='tokens' needs budget.tokens > 0 (the measured cost per step), "
+                             f"got {self.tokens}")
+        if self.tokens < 0 or not 0.0 <= self.prefill_weight < float("inf"):
+            raise ValueError(f"need budget.tokens >= 0 and budget.prefill_weight >= 0, got {self.tokens}, "
+                             f"{self.prefill_weight}")
         if self.solver not in ("greedy", "dp"):
             raise ValueError(f"budget.solver must be 'greedy' or 'dp', got {self.solver!r}")
         if not 0.0 < self.root_fraction <= 1.0:
@@ -55,6 +77,44 @@ class BudgetConfig:
     @property
     def root_budget(self) -> int:
         return max(self.prompts * self.m_min, int(round(self.rollouts * self.root_fraction)))
+
+    def cost(self, ledger: Ledger) -> float:
+        """The measured cost of a ledger in the token unit: generated + prefill_weight x prefilled."""
+        return ledger.tokens_generated + self.prefill_weight * ledger.tokens_prefilled
+
+
+class TokenMeter:
+    """unit="tokens": each step's rollout budget M_s from the cap on measured cost.
+
+    M_s = (s x tokens - cost spent so far) / (measured cost per budget unit), the latter a running
+    average starting at tokens / rollouts. Paying back what a step over- or under-spent keeps the
+    run's total within about half a step's cost of steps x tokens, whatever the allocator's rollouts
+    cost (branches from turn prefixes are shorter than whole rollouts, so a tree allocator gets more
+    of them for the same tokens)."""
+
+    def __init__(self, budget: BudgetConfig):
+        self.budget = budget
+        self.steps, self.spent, self.cost_per_unit = 0, 0.0, budget.tokens / budget.rollouts
+
+    def rollouts(self) -> int:
+        """M for the next step."""
+        b = self.budget
+        target = (self.steps + 1) * b.tokens - self.spent
+        return int(np.clip(round(target / self.cost_per_unit), b.prompts * b.m_min, MAX_ROLLOUT_SCALE * b.rollouts))
+
+    def record(self, cost: float, units: float) -> None:
+        """Books a finished step: its measured cost and the budget units it spent."""
+        self.steps, self.spent = self.steps + 1, self.spent + cost
+        if units > 0 and cost > 0:
+            observed = cost / units
+            self.cost_per_unit = observed if self.steps == 1 else 0.5 * (self.cost_per_unit + observed)
+
+    def state(self) -> dict:
+        return {"steps": self.steps, "spent": self.spent, "cost_per_unit": self.cost_per_unit}
+
+    def load(self, state: dict) -> None:
+        self.steps, self.spent, self.cost_per_unit = int(state["steps"]), float(state["spent"]), float(
+            state["cost_per_unit"])
 
 
 def spread(total: int, parts: int) -> list[int]:

@@ -131,7 +131,7 @@ class TRACE(PredictorAllocator):
             return max(b.prompts * b.m_min, b.rollouts // (1 + c.branch_n))
         return b.root_budget
 
-    def step(self, engine, pool):
+    def allocate(self, engine, pool):
         b, c = self.budget, self.config
         candidates = engine.roots(pool)
         v = self.predictor.predict(np.stack([featurize(t, t.root) for t in candidates]))

@@ -39,7 +39,7 @@ def expected_remaining_tokens(trees: list[RolloutTree]) -> Callable[[int], float
 class TreeAllocator(Allocator):
     """Shared shape of the branching baselines: m bare chains per prompt, then L rounds of branching."""
 
-    def step(self, engine, pool):
+    def allocate(self, engine, pool):
         b = self.budget
         tasks = list(pool[: b.prompts])
         trees = sample_roots(engine, tasks, spread(b.root_budget, len(tasks)))

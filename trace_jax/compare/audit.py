@@ -1,11 +1,21 @@
 """The budget audit: a comparison is only valid when every run spent exactly the configured budget
-(METHOD.md section 7). Reads each step's ledger from the run's `StepRecord`s and fails loudly otherwise."""
+(METHOD.md section 7). Reads each step's ledger from the run's `StepRecord`s and fails loudly otherwise.
+
+Every step: rollouts started = finished = trained leaves + discarded, and the step spent the M it was
+planned with (`record.rollout_budget`; dapo may stop early once it kept B mixed groups; TRACE pricing
+continuations in tokens spends M rollout-equivalents to within one). With budget.unit="tokens" the
+measured cost (`BudgetConfig.cost` of the engine's ledger) is audited too: after every step s the
+run's total is within TOKEN_TOLERANCE of a step's cap from s x budget.tokens (dapo may stay below).
+"""
 
 from __future__ import annotations
 
+from trace_jax.allocation.budget import BudgetConfig
 from trace_jax.records import StepRecord
 from trace_jax.rollout.tree import Ledger
 from trace_jax.run_config import RunConfig
+
+TOKEN_TOLERANCE = 0.5  # of one step's budget.tokens: how far the running total may drift from s x tokens
 
 
 class BudgetAuditError(RuntimeError):
@@ -17,24 +27,45 @@ def audit(name: str, run: RunConfig, steps: list[StepRecord]) -> Ledger:
     budget = run.budget
     if [r.step for r in steps] != list(range(1, run.rl.steps + 1)):
         raise BudgetAuditError(f"{name}: {len(steps)} RL steps logged, configured rl.steps={run.rl.steps}")
+    dapo = run.allocator.name == "dapo"
     for record in steps:
+        planned = budget.rollouts if record.rollout_budget is None else record.rollout_budget
+
         def fail(what: str):
-            raise BudgetAuditError(f"{name}, step {record.step}: {what} (budget.rollouts={budget.rollouts}, "
-                                   f"budget.unit={budget.unit!r}, allocator {run.allocator.name!r})")
+            raise BudgetAuditError(f"{name}, step {record.step}: {what} (planned M={planned}, budget.rollouts="
+                                   f"{budget.rollouts}, budget.unit={budget.unit!r}, allocator {run.allocator.name!r})")
 
         ledger, trees = record.ledger, record.trees
         started = ledger.rollouts_started
+        if budget.unit == "rollouts" and planned != budget.rollouts:
+            fail(f"planned with M={planned}")
         if ledger.rollouts_finished != started:
             fail(f"{started} rollouts started but {ledger.rollouts_finished} finished")
         if trees.leaves + ledger.rollouts_discarded != started:
             fail(f"{trees.leaves} trained leaves + {ledger.rollouts_discarded} discarded != {started} rollouts started")
-        if budget.unit == "tokens":
-            spent = record.budget_spent
-            if spent is None or not budget.rollouts - 1 < spent <= budget.rollouts + 1e-6:
-                fail(f"spent {spent} rollout-equivalents")
-        elif run.allocator.name == "dapo":  # may stop early, but only once it kept B mixed groups
-            if started > budget.rollouts or (started < budget.rollouts and trees.trees < budget.prompts):
+        if dapo:  # may stop early, but only once it kept B mixed groups
+            if started > planned or (started < planned and trees.trees < budget.prompts):
                 fail(f"dapo started {started} rollouts and kept {trees.trees} groups")
-        elif started != budget.rollouts:
+        elif record.budget_spent is not None and record.budget_spent != started:  # priced in rollout-equivalents
+            if not planned - 1 < record.budget_spent <= planned + 1e-6:
+                fail(f"spent {record.budget_spent} rollout-equivalents")
+        elif started != planned:
             fail(f"{started} rollouts started")
+    if budget.unit == "tokens":
+        audit_cost(name, budget, [r.ledger for r in steps], may_underspend=dapo)
     return sum((r.ledger for r in steps), Ledger())
+
+
+def audit_cost(name: str, budget: BudgetConfig, ledgers: list[Ledger], *, may_underspend: bool = False) -> float:
+    """budget.unit="tokens": after every step s the measured cost so far is within TOKEN_TOLERANCE of a
+    step's budget.tokens from s x budget.tokens (below it is allowed where `may_underspend`). Returns the
+    final drift, in steps' budget.tokens."""
+    total, drift = 0.0, 0.0
+    for step, ledger in enumerate(ledgers, start=1):
+        total += budget.cost(ledger)
+        drift = (total - step * budget.tokens) / budget.tokens
+        if drift > TOKEN_TOLERANCE or (drift < -TOKEN_TOLERANCE and not may_underspend):
+            raise BudgetAuditError(f"{name}, step {step}: measured cost {total:.0f} after {step} steps is {drift:+.2f} "
+                                   f"steps' budget.tokens={budget.tokens} off {step} x budget.tokens (generated + "
+                                   f"{budget.prefill_weight} x prefilled)")
+    return drift

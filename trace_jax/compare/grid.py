@@ -29,7 +29,6 @@ ABLATIONS: dict[str, dict[str, dict[str, object]]] = {
         "local m_i N, agreement (paper)": {"allocator.prefix_budget": "local"},
         "local m_i N, posterior": {"allocator.prefix_budget": "local", "allocator.prefixes": "posterior"},
     },
-    "unit": {"trace unit=rollouts": {"budget.unit": "rollouts"}, "trace unit=tokens": {"budget.unit": "tokens"}},
     "lambda_local": {"trace lambda_local=default": {}, "trace lambda_local=0": {"advantage.lambda_local": 0.0}},
     "featurizer": {"trace features=hidden+scalars": {"predictor.features": "hidden+scalars"},
                    "trace features=hidden": {"predictor.features": "hidden"},
@@ -58,6 +57,12 @@ class CompareSection:
       mechanism_reference: uniform rollouts behind its reference gradient.
       mechanism_group: rollouts per prompt of that reference.
       mechanism_holdout: random anchors per step held out from TRACE's choice to score its predictor.
+      unit: the framing of equal cost. "rollouts": every run spends budget.rollouts rollouts per step;
+        "tokens": every run spends, per step, the measured cost (generated tokens + budget.prefill_weight x
+        prefilled) that GRPO's M rollouts cost on the SFT policy (or `tokens` when set), audited against
+        the engine's ledger (budget.unit="tokens").
+      tokens: the per-step cost cap of the tokens framing; 0 measures it (`token_calibration` rollouts).
+      token_calibration: uniform rollouts (GRPO's groups of M / B) on the SFT policy that measure the cap.
     """
 
     allocators: tuple[str, ...] = ALL_ALLOCATORS
@@ -70,6 +75,9 @@ class CompareSection:
     mechanism_reference: int = 2048
     mechanism_group: int = 8
     mechanism_holdout: int = 4
+    unit: str = "rollouts"
+    tokens: int = 0
+    token_calibration: int = 256
 
     def __post_init__(self):
         unknown = [a for a in self.allocators if a not in ALLOCATORS]
@@ -81,6 +89,10 @@ class CompareSection:
             raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds}")
         if self.study not in ("", "mechanism"):
             raise ValueError(f"study must be '' or 'mechanism', got {self.study!r}")
+        if self.unit not in ("rollouts", "tokens"):
+            raise ValueError(f"unit must be 'rollouts' or 'tokens', got {self.unit!r}")
+        if self.tokens < 0 or self.token_calibration < 1:
+            raise ValueError(f"need tokens >= 0 and token_calibration >= 1, got {self.tokens}, {self.token_calibration}")
         if min(self.mechanism_steps, self.mechanism_reference, self.mechanism_group) < 1 or self.mechanism_holdout < 0:
             raise ValueError("mechanism_steps, mechanism_reference and mechanism_group must be >= 1, "
                              "mechanism_holdout >= 0")
@@ -113,6 +125,21 @@ def variants(compare: CompareSection) -> list[Variant]:
     if compare.ablation:
         return [Variant(name, {"allocator.name": "trace", **o}) for name, o in ABLATIONS[compare.ablation].items()]
     return [Variant(name, {"allocator.name": name}) for name in compare.allocators]
+
+
+def suffix(compare: CompareSection) -> str:
+    """What the report files of a framing are called after: "" (equal rollouts) or "_tokens"."""
+    return "" if compare.unit == "rollouts" else "_tokens"
+
+
+def framed(base: dict, compare: CompareSection, tokens: int) -> dict:
+    """The base config under the comparison's framing: unchanged at equal rollouts; at equal tokens,
+    budget.unit="tokens" with the per-step cap `tokens`."""
+    if compare.unit == "rollouts":
+        return base
+    out = copy.deepcopy(base)
+    out.setdefault("budget", {}).update(unit="tokens", tokens=int(tokens))
+    return out
 
 
 def run_config_dict(base: dict, variant: Variant, seed: int) -> dict:

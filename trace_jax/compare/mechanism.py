@@ -9,6 +9,7 @@ of expected success over the training prompts). A step whose trees are all unifo
 and scores cosine 0: it bought no signal. Also per variant, from the same steps: effective ratio,
 mixed share of expanded prefixes, the spread of stage 1's m, the predictor's AUC on anchors held out
 from the choice (pooled over steps), and the measured ledger (rollouts, tokens generated/prefilled).
+At equal tokens (budget.unit="tokens") every variant's measured cost is audited against the cap.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from scipy import stats as scipy_stats
 
 from trace_jax.allocation.base import sample_roots
 from trace_jax.allocation.calibration import auc
+from trace_jax.compare.audit import audit_cost
 from trace_jax.compare.store import cached
 from trace_jax.experiment import derive_seed, log, train_tasks
 from trace_jax.rl import learner
@@ -61,6 +63,25 @@ def reference_gradient(setup, params, *, rollouts: int, group: int, seed: int) -
     return np.asarray(total), {"prompts": len(prompts), "ledger": dataclasses.asdict(ledger)}
 
 
+def uniform_cost(setup, params, *, rollouts: int, seed: int) -> dict:
+    """What GRPO's rollouts cost on this policy: `rollouts` uniform rollouts in groups of M / B on
+    random training prompts. Returns the ledger and the measured cost per rollout (budget.cost)."""
+    run, policy = setup.run, setup.policy(params)
+    b = run.budget
+    group = max(1, b.rollouts // b.prompts)
+    tasks = setup.source.tasks("train")
+    order = np.random.default_rng(derive_seed(seed, "token calibration")).permutation(len(tasks))
+    prompts = [tasks[order[i % len(tasks)]] for i in range(max(1, rollouts // group))]
+    ledger = Ledger()
+    for c, begin in enumerate(range(0, len(prompts), b.prompts)):
+        engine = RolloutEngine(policy, setup.env, seed=derive_seed(seed, "token calibration", c))
+        chunk = prompts[begin:begin + b.prompts]
+        sample_roots(engine, chunk, [group] * len(chunk))
+        ledger = ledger + engine.ledger
+    return {"rollouts": ledger.rollouts_started, "ledger": dataclasses.asdict(ledger),
+            "cost_per_rollout": b.cost(ledger) / ledger.rollouts_started}
+
+
 def _interval(x: list[float]) -> dict:
     x = np.asarray(x, np.float64)
     half = float(scipy_stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else 0.0
@@ -76,7 +97,7 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
     allocator = make_allocator(setup)
     order = np.random.default_rng(derive_seed(seed, "mechanism", "pools")).permutation(len(tasks))
     candidates = run.budget.candidates
-    cosines, effective, mixed, m_std, tokens, pairs, ledger = [], [], [], [], [], [], Ledger()
+    cosines, effective, mixed, m_std, tokens, pairs, ledgers, planned = [], [], [], [], [], [], [], []
     unit = reference / max(np.linalg.norm(reference), 1e-30)
     for step in range(steps):
         pool = [tasks[order[(step * candidates + j) % len(tasks)]] for j in range(candidates)]
@@ -92,18 +113,27 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
             m_std.append(float(np.std(outcome.root_counts)))
         pairs += list(outcome.holdout_pairs or ())
         tokens.append(engine.ledger.tokens_generated)
-        ledger = ledger + engine.ledger
+        ledgers.append(engine.ledger)
+        planned.append(outcome.rollout_budget)
+    budget = run.budget
+    drift = audit_cost(run.allocator.name, budget, ledgers, may_underspend=run.allocator.name == "dapo") \
+        if budget.unit == "tokens" else None
     return {"gradient_cosine": _interval(cosines), "cosine_per_step": cosines,
             "effective_ratio": float(np.mean(effective)), "expanded_mixed_share": float(np.mean(mixed)),
             "root_m_std": float(np.mean(m_std)) if m_std else None,
             "in_loop_auc": auc(np.array([p for p, _ in pairs]), np.array([o for _, o in pairs])) if pairs else None,
             "holdout_anchors": len(pairs), "tokens_generated_per_step": float(np.mean(tokens)),
-            "ledger": dataclasses.asdict(ledger), "steps": steps}
+            "ledger": dataclasses.asdict(sum(ledgers, Ledger())), "steps": steps,
+            "rollouts_planned_per_step": float(np.mean(planned)),
+            "cost_per_step": float(np.mean([budget.cost(x) for x in ledgers])),
+            "cost_drift_steps": drift}
 
 
-def study(setup, params, variants, *, steps: int, reference: int, group: int, seed: int, directory: str) -> dict:
-    """Runs the reference and every (name, run) variant, each stored under `directory` with the settings
-    it ran under (an interrupted study resumes; a changed setting recomputes). Returns
+def study(setup, params, variants, *, steps: int, reference: int, group: int, seed: int, directory: str,
+          variants_directory: str | None = None) -> dict:
+    """Runs the reference (stored under `directory`) and every (name, run) variant (under
+    `variants_directory`, default `directory`), each stored with the settings it ran under (an
+    interrupted study resumes; a changed setting recomputes). Returns
     {"reference": {...}, "variants": {name: variant_study(...)}}."""
     os.makedirs(directory, exist_ok=True)
     key = dict(reference=reference, group=group, seed=seed, sft=settings(setup.run, SFT_SETTINGS))
@@ -120,13 +150,15 @@ def study(setup, params, variants, *, steps: int, reference: int, group: int, se
         ref = cached(os.path.join(directory, "reference.json"), key, compute_reference)
     direction = np.load(vector_path)
     out = {}
+    os.makedirs(variants_directory or directory, exist_ok=True)
     for name, run in variants:
         log(f"mechanism study: {name}")
-        path = os.path.join(directory, re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name).strip("_") + ".json")
+        path = os.path.join(variants_directory or directory, re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name).strip("_") + ".json")
         out[name] = cached(path, dict(key, steps=steps, run=settings(run)),
                            lambda run=run: variant_study(setup, run, params, direction, steps=steps, seed=seed))
         log(f"  gradient cosine {out[name]['gradient_cosine']['mean']:.3f}, effective ratio "
-            f"{out[name]['effective_ratio']:.3f}, tokens/step {out[name]['tokens_generated_per_step']:.0f}")
+            f"{out[name]['effective_ratio']:.3f}, tokens/step {out[name]['tokens_generated_per_step']:.0f}, "
+            f"rollouts planned/step {out[name].get('rollouts_planned_per_step', 0):.1f}")
     return {"reference": ref, "variants": out}
 
 
@@ -136,28 +168,35 @@ def headline(result: dict) -> dict:
     return {"gradient_cosine": {n: v["gradient_cosine"] for n, v in variants.items()},
             "effective_ratio": {n: round(v["effective_ratio"], 4) for n, v in variants.items()},
             "tokens_generated_per_step": {n: round(v["tokens_generated_per_step"], 1) for n, v in variants.items()},
+            "rollouts_per_step": {n: round(v["ledger"]["rollouts_started"] / v["steps"], 2) for n, v in variants.items()},
             "unseen_root_auc": result.get("unseen_root_auc")}
 
 
-def markdown(result: dict, run, compare) -> str:
+def markdown(result: dict, run, compare, budget) -> str:
     """mechanism.md: one row per variant, then how it was measured."""
     def num(x, fmt=".3f"):
         return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
-    b, ref = run.budget, result["reference"]
-    lines = ["# Mechanism study (frozen SFT policy, no training)", "",
+    b, ref = budget, result["reference"]
+    framing = "equal rollouts" if b.unit == "rollouts" else "equal measured tokens"
+    lines = [f"# Mechanism study (frozen SFT policy, no training, {framing})", "",
              "| variant | gradient cosine (95% CI) | effective ratio | expanded-prefix mixed share | root m std "
-             "| held-out anchor AUC (n) | tokens generated / step | prefilled / step |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| held-out anchor AUC (n) | rollouts / step | tokens generated / step | prefilled / step |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, v in result["variants"].items():
         cos, steps = v["gradient_cosine"], v["steps"]
         lines.append(f"| {name} | {cos['mean']:.3f} [{cos['ci95'][0]:.3f}, {cos['ci95'][1]:.3f}] "
                      f"| {v['effective_ratio']:.3f} | {v['expanded_mixed_share']:.3f} | {num(v['root_m_std'], '.2f')} "
-                     f"| {num(v['in_loop_auc'])} ({v['holdout_anchors']}) | {v['tokens_generated_per_step']:.0f} "
+                     f"| {num(v['in_loop_auc'])} ({v['holdout_anchors']}) "
+                     f"| {v['ledger']['rollouts_started'] / steps:.1f} | {v['tokens_generated_per_step']:.0f} "
                      f"| {v['ledger']['tokens_prefilled'] / steps:.0f} |")
     unseen = result.get("unseen_root_auc")
+    cost = (f"M={b.rollouts} rollouts" if b.unit == "rollouts" else
+            f"{b.tokens} measured tokens per step (generated + {b.prefill_weight} x prefilled: what GRPO's "
+            f"M={b.rollouts} rollouts cost on this policy; every variant's running total audited within half a "
+            "step of it, the token meter re-planning M each step)")
     lines += ["", f"Task {run.task.source}, model {run.model.preset}; {compare.mechanism_steps} allocation steps per "
-              f"variant at M={b.rollouts} rollouts (B={b.prompts}, C={b.candidates}), the same candidate pools and "
+              f"variant at {cost} (B={b.prompts}, C={b.candidates}), the same candidate pools and "
               f"rollout seeds for every variant; reference gradient from {ref['prompts']} prompts x "
               f"{compare.mechanism_group} uniform rollouts ({ref['ledger']['rollouts_started']} rollouts). A step "
               "whose trees are all uniform has no gradient and counts as cosine 0. Held-out anchor AUC: TRACE's "

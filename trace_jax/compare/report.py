@@ -132,8 +132,9 @@ def _num(x) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{x:.3f}"
 
 
-def plots(runs: list[dict], outdir: str, generalization: dict | None = None) -> list[str]:
-    """PNG files: accuracy vs rollouts and vs tokens, effective ratio per step, trace calibration."""
+def plots(runs: list[dict], outdir: str, generalization: dict | None = None, suffix: str = "") -> list[str]:
+    """PNG files: accuracy vs rollouts and vs tokens, effective ratio per step, trace calibration
+    (`suffix` names the framing: "" at equal rollouts, "_tokens" at equal tokens)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -142,7 +143,7 @@ def plots(runs: list[dict], outdir: str, generalization: dict | None = None) -> 
     written = []
 
     def save(fig, name):
-        path = os.path.join(outdir, name)
+        path = os.path.join(outdir, name.replace(".png", f"{suffix}.png"))
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)

@@ -38,6 +38,13 @@ def _run_dir(workdir: str, variant: str, seed: int, run: run_config.RunConfig) -
     return os.path.join(workdir, "runs", _slug(variant), f"seed{seed}-{digest}")
 
 
+def _framing(budget) -> str:
+    if budget.unit == "rollouts":
+        return "equal rollouts"
+    return (f"equal measured tokens: {budget.tokens} per step of generated + {budget.prefill_weight} x prefilled, "
+            "M re-planned each step by the token meter")
+
+
 def _link_shared(shared: str, run_dir: str) -> None:
     os.makedirs(run_dir, exist_ok=True)
     for name in ("sft", "tokenizer"):
@@ -46,40 +53,62 @@ def _link_shared(shared: str, run_dir: str) -> None:
             os.symlink(os.path.abspath(os.path.join(shared, name)), link)
 
 
+def _token_cap(setup, params, compare: grid.CompareSection, shared: str) -> int:
+    """The tokens framing's per-step cap: `compare.tokens`, or what GRPO's M rollouts cost on the SFT
+    policy, measured on `compare.token_calibration` uniform rollouts (cached in shared/token_cap.json)."""
+    if compare.tokens:
+        return compare.tokens
+    b = setup.run.budget
+    key = dict(rollouts=compare.token_calibration, budget=dataclasses.asdict(b), seed=setup.run.seed,
+               sampling=[setup.run.rl.temperature, setup.run.rl.top_p, setup.run.rl.max_new_tokens],
+               sft=run_config.settings(setup.run, run_config.SFT_SETTINGS))
+    measured = cached(os.path.join(shared, "token_cap.json"), key, lambda: mechanism.uniform_cost(
+        setup, params, rollouts=compare.token_calibration, seed=setup.run.seed))
+    cap = int(round(b.rollouts * measured["cost_per_rollout"]))
+    experiment.log(f"equal-tokens framing: {cap} per step = M={b.rollouts} x {measured['cost_per_rollout']:.1f} "
+                   f"(generated + {b.prefill_weight} x prefilled per uniform rollout, {measured['rollouts']} measured)")
+    return cap
+
+
 def _mechanism(setup, params, base: dict, compare: grid.CompareSection, workdir: str, study: dict | None) -> dict:
-    """The frozen-policy mechanism study; writes mechanism.json and mechanism.md, returns its headline."""
-    experiment.banner("mechanism study (frozen SFT policy)")
+    """The frozen-policy mechanism study; writes mechanism{suffix}.json and .md, returns its headline."""
+    experiment.banner(f"mechanism study (frozen SFT policy, equal {compare.unit})")
+    suffix = grid.suffix(compare)
     result = mechanism.study(setup, params, grid.mechanism_variants(base, compare), steps=compare.mechanism_steps,
                              reference=compare.mechanism_reference, group=compare.mechanism_group,
-                             seed=compare.seeds[0], directory=os.path.join(workdir, "shared", "mechanism"))
+                             seed=compare.seeds[0], directory=os.path.join(workdir, "shared", "mechanism"),
+                             variants_directory=os.path.join(workdir, "shared", f"mechanism{suffix}"))
     if study is not None:
         result["unseen_root_auc"] = {k: study["table"]["unseen prompts"]["roots"][k]["auc"]
                                      for k in ("predictor", "beta")}
     headline = mechanism.headline(result)
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, "mechanism.json"), "w", encoding="utf-8") as f:
+        budget = run_config.from_config_dict(base).budget
+        with open(os.path.join(workdir, f"mechanism{suffix}.json"), "w", encoding="utf-8") as f:
             json.dump({"compare": dataclasses.asdict(compare), "task": setup.run.task.source,
-                       "budget": dataclasses.asdict(setup.run.budget), **result}, f, indent=1)
-        with open(os.path.join(workdir, "mechanism.md"), "w", encoding="utf-8") as f:
-            f.write(mechanism.markdown(result, setup.run, compare))
-        experiment.log(f"wrote {os.path.join(workdir, 'mechanism.md')}")
+                       "budget": dataclasses.asdict(budget), **result}, f, indent=1)
+        with open(os.path.join(workdir, f"mechanism{suffix}.md"), "w", encoding="utf-8") as f:
+            f.write(mechanism.markdown(result, setup.run, compare, budget))
+        experiment.log(f"wrote {os.path.join(workdir, f'mechanism{suffix}.md')}")
     return headline
 
 
 def run_comparison(config, workdir: str, *, ablation: str | None = None, study: str | None = None,
+                   unit: str | None = None,
                    seeds: tuple[int, ...] | None = None,
                    allocators: tuple[str, ...] | None = None) -> dict:
     """Runs (or resumes) the comparison; returns the headline dict (also the last line printed)."""
     t0 = time.time()
     compare, base = grid.split_config(config)
-    overrides = {k: v for k, v in (("ablation", ablation), ("study", study), ("seeds", seeds),
+    overrides = {k: v for k, v in (("ablation", ablation), ("study", study), ("unit", unit), ("seeds", seeds),
                                    ("allocators", allocators))
                  if v is not None}
     try:
         compare = dataclasses.replace(compare, **overrides)
     except ValueError as e:
         raise run_config.ConfigError(f"comparison flags: {e}") from None
-    runs = grid.validate(base, compare)  # every run's config, before any compute
+    # every run's config, before any compute (the tokens framing's measured cap is a placeholder here)
+    runs = grid.validate(grid.framed(base, compare, compare.tokens or 1), compare)
     base_run = run_config.from_config_dict(base)
     experiment.log(f"{len(runs)} runs: {len(grid.variants(compare))} variants x seeds {list(compare.seeds)}, "
               f"{base_run.rl.steps} steps each at budget {base_run.budget}")
@@ -114,6 +143,9 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
                 experiment.log(f"{group:>15} {level:>8}: AUC predictor {c['predictor']['auc']:.3f} vs beta "
                           f"{c['beta']['auc']:.3f}; Brier {c['predictor']['brier']:.3f} vs {c['beta']['brier']:.3f}")
 
+    if compare.unit == "tokens":
+        base = grid.framed(base, compare, _token_cap(setup, params, compare, shared))
+        runs = grid.validate(base, compare)
     if compare.study == "mechanism":
         return _mechanism(setup, params, base, compare, workdir, predictor_study)
 
@@ -144,10 +176,11 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
                                          after_sft["accuracy"], ledger))
 
     summary = report.aggregate(records)
-    b = base_run.budget
+    suffix = grid.suffix(compare)
+    b = runs[0][2].budget
     setting = (f"Task {base_run.task.source} (max difficulty {base_run.task.max_difficulty}), model preset "
                f"{base_run.model.preset}, {base_run.rl.steps} RL steps of M={b.rollouts} rollouts (B={b.prompts} "
-               f"prompts, C={b.candidates} candidates, unit {b.unit}), held-out split {base_run.eval.split} "
+               f"prompts, C={b.candidates} candidates, {_framing(b)}), held-out split {base_run.eval.split} "
                f"({len(experiment.eval_tasks(setup))} tasks, greedy), seeds {list(compare.seeds)}; every ledger "
                f"audited against the budget. Wall time of the runs, summed: "
                f"{sum(r['wall_s'] or 0 for r in records):.0f} s (this invocation: {time.time() - t0:.0f} s; a run's "
@@ -155,13 +188,13 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     title = f"Allocator comparison ({compare.ablation} ablation)" if compare.ablation else "Allocator comparison"
     reference = next(iter(summary)) if compare.ablation else "grpo"
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, "results.json"), "w", encoding="utf-8") as f:
+        with open(os.path.join(workdir, f"results{suffix}.json"), "w", encoding="utf-8") as f:
             json.dump({"setting": setting, "compare": dataclasses.asdict(compare), "after_sft": after_sft,
                        "summary": summary, "runs": records, "generalization": predictor_study}, f, indent=1)
-        with open(os.path.join(workdir, "results.md"), "w", encoding="utf-8") as f:
+        with open(os.path.join(workdir, f"results{suffix}.md"), "w", encoding="utf-8") as f:
             f.write(report.markdown(summary, title=title, after_sft=after_sft["accuracy"], setting=setting,
                                     generalization=predictor_study, reference=reference))
-        for path in report.plots(records, workdir, predictor_study):
+        for path in report.plots(records, workdir, predictor_study, suffix):
             experiment.log(f"wrote {path}")
-        experiment.log(f"wrote {os.path.join(workdir, 'results.md')}")
+        experiment.log(f"wrote {os.path.join(workdir, f'results{suffix}.md')}")
     return report.headline(summary)

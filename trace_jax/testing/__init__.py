@@ -44,16 +44,16 @@ def tiny_world(tokenizer_dir: str, *, num_questions: int = 120, max_turns: int =
 
 
 def step_record(step: int, *, started: int = 32, finished: int | None = None, discarded: int = 0, trees: int = 8,
-                leaves: int | None = None, tokens: int = 100, spent: float | None = None,
-                effective_ratio: float = 0.5, brier: float | None = None) -> StepRecord:
-    """A StepRecord with the given ledger and tree counts (leaves default: started - discarded) and,
+                leaves: int | None = None, tokens: int = 100, prefilled: int = 0, spent: float | None = None,
+                planned: int | None = None, effective_ratio: float = 0.5, brier: float | None = None) -> StepRecord:
+    """A StepRecord with the given ledger, planned M and tree counts (leaves default: started - discarded) and,
     given a Brier score, a predictor calibration."""
     ledger = Ledger(rollouts_started=started, rollouts_finished=started if finished is None else finished,
-                    rollouts_discarded=discarded, tokens_generated=tokens)
+                    rollouts_discarded=discarded, tokens_generated=tokens, tokens_prefilled=prefilled)
     stats = TreeStats(trees=trees, leaves=started - discarded if leaves is None else leaves,
                       effective_ratio=effective_ratio, expanded_mixed_share=0.0, nonzero_advantage_token_share=0.5,
                       useful_rollout_share=effective_ratio, reward=0.5)
     return StepRecord(step=step, ledger=ledger, trees=stats, timings=Timings(rollout_s=1.0, step_s=1.0,
                                                                             tokens_per_s=tokens),
-                      budget_spent=spent,
+                      budget_spent=spent, rollout_budget=planned,
                       calibration=None if brier is None else Calibration(brier=brier, ece=0.1, auc=0.6, n=8))

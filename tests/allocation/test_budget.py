@@ -1,0 +1,72 @@
+"""The budget in measured tokens: the token meter turns a per-step cap on measured cost into each
+step's M, pays back what a step over- or under-spent, and every allocator's real ledger tracks the cap."""
+
+import dataclasses
+import json
+
+import pytest
+
+from trace_jax import allocation
+from trace_jax.allocation import BudgetConfig
+from trace_jax.allocation.budget import TokenMeter
+from trace_jax.allocation.predictor import NUM_SCALARS, SuccessPredictor
+from trace_jax.compare.audit import TOKEN_TOLERANCE
+from trace_jax.rollout.agent_loop import RolloutEngine
+from trace_jax.rollout.tree import Ledger
+
+TOKENS = BudgetConfig(rollouts=12, prompts=3, candidates=6, m_min=2, m_max=4, unit="tokens", tokens=600,
+                      prefill_weight=0.25)
+
+
+def test_cost_weights_prefill_and_ignores_tool_calls():
+    ledger = Ledger(rollouts_started=4, tokens_generated=100, tokens_prefilled=40, tool_calls=9)
+    assert TOKENS.cost(ledger) == 110.0
+    assert dataclasses.replace(TOKENS, prefill_weight=0.0).cost(ledger) == 100.0
+
+
+def test_meter_pays_back_overspending_and_learns_the_cost_per_rollout():
+    meter = TokenMeter(TOKENS)
+    assert meter.rollouts() == 12  # cold start: tokens / rollouts per rollout
+    meter.record(cost=720.0, units=12)  # rollouts cost 60, not 50: 120 over
+    assert meter.rollouts() == (1200 - 720) / 60 == 8
+    meter.record(cost=480.0, units=8)
+    assert meter.rollouts() == 600 / 60  # back on track
+    restored = TokenMeter(TOKENS)
+    restored.load(json.loads(json.dumps(meter.state())))
+    assert restored.rollouts() == 10
+
+
+def test_meter_keeps_m_within_what_the_budget_allows():
+    meter = TokenMeter(TOKENS)
+    meter.record(cost=50000.0, units=12)  # far over: the next step still gives B prompts m_min each
+    assert meter.rollouts() == TOKENS.prompts * TOKENS.m_min
+    meter = TokenMeter(TOKENS)
+    meter.record(cost=1.0, units=12)  # nearly free: capped at MAX_ROLLOUT_SCALE x M
+    assert meter.rollouts() == 4 * TOKENS.rollouts
+
+
+@pytest.mark.parametrize("bad,match", [(dict(tokens=0), "budget.tokens > 0"), (dict(prefill_weight=-1.0), "prefill")])
+def test_a_token_budget_needs_a_positive_cap(bad, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(TOKENS, **bad)
+
+
+@pytest.mark.parametrize("name", ["grpo", "dapo", "tree_random", "trace"])
+def test_every_allocator_spends_the_token_cap_in_measured_tokens(tiny_setup, name):
+    predictor = (SuccessPredictor(tiny_setup.config.hidden_size + NUM_SCALARS, seed=0)
+                 if allocation.uses_predictor(name) else None)
+    alloc = allocation.make(name, TOKENS, seed=0, predictor=predictor)
+    tasks = tiny_setup.source.tasks("train")
+    total, planned = 0.0, []
+    for step in range(1, 6):
+        engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=step)
+        pool = tasks[step * alloc.pool_size:(step + 1) * alloc.pool_size]
+        outcome = alloc.step(engine, pool)
+        planned.append(outcome.rollout_budget)
+        spent = engine.ledger.rollouts_started if outcome.budget_spent is None else outcome.budget_spent
+        assert spent <= outcome.rollout_budget + 1e-6  # rollouts, or trace's rollout-equivalents
+        total += TOKENS.cost(engine.ledger)
+        drift = (total - step * TOKENS.tokens) / TOKENS.tokens
+        assert drift <= TOKEN_TOLERANCE and (drift >= -TOKEN_TOLERANCE or name == "dapo"), (step, drift)
+    assert planned[0] == TOKENS.rollouts and len(set(planned)) > 1  # the meter re-planned from measured cost
+    assert alloc.host_state()["meter"]["steps"] == 5
