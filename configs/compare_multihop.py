@@ -5,7 +5,7 @@ quickstart's), 60 RL steps at M=32 rollouts per step, 3 seeds, held-out accuracy
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/compare_local
 
 `:runlocal`: the same SFT checkpoint, 5 RL steps, 60 held-out tasks, a smaller study.
-Add `--ablation=stages|stage2|lambda_local|featurizer` for TRACE's ablations, `--study=mechanism`
+Add `--ablation=stages|stage2|lambda_local|featurizer|advantage` for TRACE's ablations, `--study=mechanism`
 for the frozen-policy mechanism study (no training; `:runlocal` about 10 min after the SFT).
 
 Expected runtime on a 2-core CPU: about 55 min (SFT about 5); `:runlocal` about 13 min from scratch.
@@ -17,7 +17,7 @@ import ml_collections
 from configs import quickstart
 from trace_jax.config_files import config_args
 
-ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "tree_random", "entropy_branch", "trace")
+ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
 
 
 def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collections.ConfigDict:
@@ -35,7 +35,8 @@ def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collect
     c.compare = ml_collections.ConfigDict(dict(allocators=ALLOCATORS, seeds=(0, 1, 2), ablation="",
                                                generalization_steps=8, generalization_prompts=32, study="",
                                                mechanism_steps=50, mechanism_reference=2048, mechanism_group=8,
-                                               mechanism_holdout=4, unit="rollouts", tokens=0,
+                                               mechanism_holdout=4, mechanism_advantage="trace_tree",
+                                               unit="rollouts", tokens=0,
                                                token_calibration=256))
     if runlocal:
         c.rl.steps, c.rl.eval_every = 5, 0

@@ -3,7 +3,7 @@
   python experiments/train.py --config configs/quickstart.py --workdir /tmp/quickstart
 
 Expected runtime: under 10 minutes on a 2-core CPU. Switch the allocator with
-`--config.allocator.name=grpo` (or dapo, mopps, knapsack, tree_random, entropy_branch).
+`--config.allocator.name=grpo` (or dapo, mopps, knapsack, pcl, treepo, entropy_branch).
 `get_config("runlocal")` shrinks every stage for a one-minute smoke run.
 """
 

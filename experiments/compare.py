@@ -4,7 +4,7 @@ budget over several seeds (`trace_jax.compare.runner.run_comparison`).
   python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/compare_multihop
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/compare_local
   python experiments/compare.py --config configs/compare_multihop.py --workdir /tmp/ablate --ablation=stages
-  (ablations: stages, stage2, lambda_local, featurizer)
+  (ablations: stages, stage2, lambda_local, featurizer, advantage)
   ... --unit=tokens  (every run at the measured tokens GRPO's M rollouts cost, instead of M rollouts)
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/mech --study=mechanism
 

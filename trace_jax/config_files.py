@@ -14,11 +14,13 @@ from trace_jax import run_config
 
 def default_config() -> ml_collections.ConfigDict:
     """Every field of every section at its default. Registry sections (allocator, advantage, loss)
-    list the fields of all their entries, so `--config.allocator.prefixes=none` is a valid flag."""
+    list the fields of all their entries, so `--config.allocator.prefixes=none` is a valid flag.
+    `advantage.name` is "": the estimator the chosen allocator trains with (`allocation.default_advantage`)."""
     c = {"seed": 0}
     for name, cls in run_config.section_classes().items():
         registry = run_config.registry_of(name)
         c[name] = registry.default_fields(cls().name) if registry else dataclasses.asdict(cls())
+    c["advantage"]["name"] = ""
     return ml_collections.ConfigDict(c)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 
-from trace_jax.allocation import ALLOCATORS, AllocatorConfig, BudgetConfig
+from trace_jax.allocation import ALLOCATORS, AllocatorConfig, BudgetConfig, default_advantage
 from trace_jax.allocation.predictor import PredictorConfig
 from trace_jax.envs import SOURCES
 from trace_jax.models.presets import PRESETS
@@ -194,6 +194,8 @@ def from_config_dict(config) -> RunConfig:
             if key not in fields and name not in _REGISTRY_SECTIONS:
                 raise ConfigError(f"config field '{name}.{key}' does not exist; {name} has {sorted(fields)}")
         try:
+            if name == "advantage" and not given.get("name"):  # unnamed: the allocator's own estimator
+                given["name"] = default_advantage(sections["allocator"].name)
             if name in _REGISTRY_SECTIONS:
                 sections[name] = _REGISTRY_SECTIONS[name].config(given, default_name=cls().name)
             else:

@@ -51,7 +51,7 @@ def test_a_token_budget_needs_a_positive_cap(bad, match):
         dataclasses.replace(TOKENS, **bad)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dapo", "tree_random", "trace"])
+@pytest.mark.parametrize("name", ["grpo", "dapo", "treepo", "trace"])
 def test_every_allocator_spends_the_token_cap_in_measured_tokens(tiny_setup, name):
     predictor = (SuccessPredictor(tiny_setup.config.hidden_size + NUM_SCALARS, seed=0)
                  if allocation.uses_predictor(name) else None)

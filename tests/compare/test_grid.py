@@ -35,6 +35,19 @@ def test_ablation_variants(ablation, check):
     assert check([r for _, _, r in grid.validate(base, compare)])
 
 
+def test_advantage_ablation_pairs_each_baseline_with_trace_tree_and_the_mechanism_holds_one_estimator():
+    compare, base = grid.split_config(compare_multihop.get_config())
+    runs = grid.validate(base, dataclasses.replace(compare, ablation="advantage", seeds=(0,)))
+    pairs = [(r.allocator.name, r.advantage.name) for _, _, r in runs]
+    assert pairs[:2] == [("grpo", "grpo"), ("grpo", "trace_tree")]
+    assert ("treepo", "tree_grpo") in pairs and ("treepo", "trace_tree") in pairs and len(pairs) == 14
+    assert "trace" not in {a for a, _ in pairs}
+    mechanism = grid.mechanism_variants(base, compare)
+    assert {r.advantage.name for _, r in mechanism} == {"trace_tree"}
+    own = grid.mechanism_variants(base, dataclasses.replace(compare, mechanism_advantage=""))
+    assert dict((n, r.advantage.name) for n, r in own)["treepo"] == "tree_grpo"
+
+
 def test_the_tokens_framing_puts_every_variant_on_the_same_measured_cap():
     compare, base = grid.split_config(compare_multihop.get_config())
     compare = dataclasses.replace(compare, unit="tokens", seeds=(0,))

@@ -49,6 +49,7 @@ def test_run_record_curves_and_aggregate(tmp_path):
     assert head["heldout_acc"]["grpo"]["mean"] == pytest.approx(0.31)
     md = report.markdown(summary, title="T", after_sft=0.2, setting="S")
     assert "| trace | 0.420 ± " in md and "+11.0 pts" in md
+    assert "| untrained (the shared SFT start, no RL) | 0.200 | -11.0 pts |" in md
     written = report.plots(runs, str(tmp_path))
     assert sorted(p.rsplit("/", 1)[1] for p in written) == [
         "accuracy_vs_rollouts.png", "accuracy_vs_tokens.png", "effective_ratio.png", "predictor_calibration.png"]

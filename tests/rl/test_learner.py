@@ -48,7 +48,7 @@ def test_clipped_tokens_get_no_gradient():
 def rollouts(tiny_setup):
     budget = allocation.BudgetConfig(rollouts=8, prompts=2, candidates=2, m_min=2, m_max=4)
     engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=1)
-    trees = allocation.make("tree_random", budget).step(engine, tiny_setup.source.tasks("train")[:2]).trees
+    trees = allocation.make("treepo", budget).step(engine, tiny_setup.source.tasks("train")[:2]).trees
     return trees
 
 

@@ -50,6 +50,15 @@ def test_a_baseline_runs_on_a_config_that_lists_traces_options_at_their_defaults
     assert dataclasses.asdict(run.allocator) == {"name": "grpo"}
 
 
+@pytest.mark.parametrize("allocator,estimator", [("trace", "trace_tree"), ("grpo", "grpo"), ("dapo", "grpo"),
+                                                 ("mopps", "grpo"), ("knapsack", "grpo"), ("pcl", "grpo"),
+                                                 ("treepo", "tree_grpo"), ("entropy_branch", "tree_grpo")])
+def test_each_allocator_trains_with_its_own_advantage_estimator_unless_one_is_named(allocator, estimator):
+    assert from_config_dict(_updated({"allocator.name": allocator})).advantage.name == estimator
+    named = from_config_dict(_updated({"allocator.name": allocator, "advantage.name": "trace_tree"}))
+    assert named.advantage.name == "trace_tree"
+
+
 def test_the_dataclasses_are_the_one_home_of_defaults():
     """The quickstart is the library's defaults: its config file overrides nothing."""
     assert quickstart.get_config().to_dict() == default_config().to_dict()

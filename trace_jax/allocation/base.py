@@ -74,6 +74,11 @@ def make(config: AllocatorConfig | str, budget: BudgetConfig, *, seed: int = 0,
     return ALLOCATORS.make(config, budget=budget, seed=seed, predictor=predictor)
 
 
+def default_advantage(name: str) -> str:
+    """The advantage estimator the allocator registered as `name` trains with unless configured otherwise."""
+    return ALLOCATORS.entry(name).build.advantage
+
+
 def uses_predictor(name: str) -> bool:
     """Whether the allocator registered as `name` steers by a shared success predictor."""
     return ALLOCATORS.entry(name).build.uses_predictor
@@ -103,12 +108,14 @@ def spend_leftover(engine: RolloutEngine, trees: list[RolloutTree], rollouts: in
 
 class Allocator(abc.ABC):
     """Base of every allocator. Subclasses implement `allocate` (spend `self.budget` on a pool) and set
-    `chooses_prompts` (offered C candidates, else B prompts) and `uses_predictor` (built with the
-    trainer's shared `SuccessPredictor`). Callers call `step`, which under budget.unit="tokens" sets
+    `chooses_prompts` (offered C candidates, else B prompts), `uses_predictor` (built with the
+    trainer's shared `SuccessPredictor`) and `advantage` (the estimator its method trains with, the
+    default of the config's `advantage.name`). Callers call `step`, which under budget.unit="tokens" sets
     `self.budget.rollouts` from the token meter first and books the step's measured cost after."""
 
     chooses_prompts = False
     uses_predictor = False
+    advantage = "grpo"
 
     def __init__(self, config: AllocatorConfig, budget: BudgetConfig, *, seed: int = 0,
                  predictor: SuccessPredictor | None = None):

@@ -32,7 +32,7 @@ class BudgetConfig:
       tokens: with unit="tokens", the measured cost each step spends.
       prefill_weight: what one prefilled token costs relative to a generated one (0: the budget is
         generated tokens alone; prefill and tool calls are still counted and reported).
-      branch_k: continuations per branch point for tree_random / entropy_branch.
+      branch_k: continuations per branch point for treepo / entropy_branch.
       solver: "greedy" or "dp" for TRACE's stage 1.
     """
 

@@ -101,6 +101,7 @@ class TRACE(PredictorAllocator):
     continuation disagrees with the outcome already seen through them; one shared predictor."""
 
     chooses_prompts = True
+    advantage = "trace_tree"
 
     def __init__(self, config: TraceConfig, budget, *, seed=0, predictor=None):
         super().__init__(config, budget, seed=seed, predictor=predictor)

@@ -1,5 +1,6 @@
 """The branching baselines: bare chains at the roots, then L rounds of branching at turn boundaries
-chosen without a predictor: `tree_random` (Tree-GRPO-like) and `entropy_branch` (ARPO-like)."""
+chosen without a predictor: `treepo` (random tree nodes, as the TRACE paper's TreePO baseline; called
+`tree_random` before) and `entropy_branch` (ARPO-like)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def expected_remaining_tokens(trees: list[RolloutTree]) -> Callable[[int], float
 
 
 class TreeAllocator(Allocator):
-    """Shared shape of the branching baselines: m bare chains per prompt, then L rounds of branching."""
+    """Shared shape of the branching baselines: m bare chains per prompt, then L rounds of branching;
+    trained with Tree-GRPO's intra- plus inter-tree advantages."""
+
+    advantage = "tree_grpo"
 
     def allocate(self, engine, pool):
         b = self.budget
@@ -75,9 +79,9 @@ def random_anchors(trees: list[RolloutTree], rng: np.random.Generator, budget: f
     return fill([points[i] for i in rng.permutation(len(points))], budget, k)
 
 
-@ALLOCATORS.register("tree_random", config=AllocatorConfig)
-class TreeRandom(TreeAllocator):
-    """Tree-GRPO-like: branch uniformly random non-terminal turn boundaries."""
+@ALLOCATORS.register("treepo", config=AllocatorConfig)
+class TreePO(TreeAllocator):
+    """TreePO / Tree-GRPO-like: branch uniformly random non-terminal turn boundaries."""
 
     def choose(self, trees, budget):
         return random_anchors(trees, self.rng, budget, self.budget.branch_k)

@@ -3,7 +3,7 @@ prefixes it never trained on than a per-prompt Beta posterior (MoPPS) can?
 
 With the policy frozen (the shared SFT checkpoint, so success rates do not drift), the predictor
 and the per-prompt posteriors learn from the same `steps` x budget rollouts: uniform roots plus
-random prefix branches (`tree_random`, an allocation that does not select on either model). Then
+random prefix branches (`treepo`, an allocation that does not select on either model). Then
 both predict, before seeing them, the outcomes of fresh continuations from roots and from turn
 prefixes, of prompts seen in training and of prompts never seen (the validation split). A prefix's
 Beta prediction is its prompt's posterior mean: a per-prompt table cannot tell prefixes apart.
@@ -58,7 +58,7 @@ def study(setup, params, *, steps: int, prompts: int, seed: int) -> dict:
     unseen = setup.source.tasks("validation")
     unseen = [unseen[i] for i in rng.permutation(len(unseen))[:prompts]]
     predictor = SuccessPredictor(setup.model_config.hidden_size + NUM_SCALARS, run.predictor, seed=seed)
-    collector = make("tree_random", budget, seed=seed)
+    collector = make("treepo", budget, seed=seed)
     posterior: dict[int, tuple[float, float]] = {}  # key -> (successes + 1, leaves + 2): Beta(1, 1) prior
     for step in range(steps):
         engine = RolloutEngine(policy, setup.env, seed=derive_seed(seed, "generalization", step))

@@ -8,15 +8,16 @@ import copy
 import dataclasses
 
 from trace_jax import run_config
-from trace_jax.allocation import ALLOCATORS
+from trace_jax.allocation import ALLOCATORS, default_advantage
 
-ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "tree_random", "entropy_branch", "trace")
+ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
 
 # Each ablation: variant name -> config overrides ("section.field": value). Every variant spends the
 # same budget; the baselines in the stages table are the uniform cells of the paper's uniform/active table.
 ABLATIONS: dict[str, dict[str, dict[str, object]]] = {
     "stages": {
-        "grpo (uniform roots, no prefixes)": {"allocator.name": "grpo"},
+        # trace_tree like every cell of the table, so the cells differ by allocation alone
+        "grpo (uniform roots, no prefixes)": {"allocator.name": "grpo", "advantage.name": "trace_tree"},
         "trace stage 1 only (active roots, no prefixes)": {"allocator.prefixes": "none"},
         "uniform roots, uniform prefixes": {"allocator.roots": "uniform", "allocator.prefixes": "uniform"},
         "active roots, uniform prefixes": {"allocator.prefixes": "uniform"},
@@ -35,6 +36,12 @@ ABLATIONS: dict[str, dict[str, dict[str, object]]] = {
                    "trace features=scalars": {"predictor.features": "scalars"}},
 }
 
+
+# Each baseline trained with its own advantage estimator (the default) and with TRACE's trace_tree.
+ABLATIONS["advantage"] = {
+    name: overrides for a in ALL_ALLOCATORS if default_advantage(a) != "trace_tree"
+    for name, overrides in ((f"{a} (own estimator: {default_advantage(a)})", {"allocator.name": a}),
+                            (f"{a} with trace_tree", {"allocator.name": a, "advantage.name": "trace_tree"}))}
 
 # The mechanism study (`study="mechanism"`) measures TRACE's stage-2 modes beside the allocators.
 MECHANISM_EXTRA: dict[str, dict[str, object]] = {
@@ -57,6 +64,8 @@ class CompareSection:
       mechanism_reference: uniform rollouts behind its reference gradient.
       mechanism_group: rollouts per prompt of that reference.
       mechanism_holdout: random anchors per step held out from TRACE's choice to score its predictor.
+      mechanism_advantage: the estimator every mechanism variant's gradient is computed with (unless the
+        variant sets its own), so the cosines differ by allocation alone; "" = each allocator's own.
       unit: the framing of equal cost. "rollouts": every run spends budget.rollouts rollouts per step;
         "tokens": every run spends, per step, the measured cost (generated tokens + budget.prefill_weight x
         prefilled) that GRPO's M rollouts cost on the SFT policy (or `tokens` when set), audited against
@@ -75,6 +84,7 @@ class CompareSection:
     mechanism_reference: int = 2048
     mechanism_group: int = 8
     mechanism_holdout: int = 4
+    mechanism_advantage: str = "trace_tree"
     unit: str = "rollouts"
     tokens: int = 0
     token_calibration: int = 256
@@ -161,6 +171,8 @@ def mechanism_variants(base: dict, compare: CompareSection) -> list[tuple[str, r
         config = run_config_dict(base, variant, compare.seeds[0])
         if config["allocator"].get("name") == "trace":
             config["allocator"]["holdout"] = compare.mechanism_holdout
+        if compare.mechanism_advantage and "advantage.name" not in variant.overrides:
+            config.setdefault("advantage", {})["name"] = compare.mechanism_advantage
         try:
             out.append((variant.name, run_config.from_config_dict(config)))
         except run_config.ConfigError as e:

@@ -103,6 +103,9 @@ def markdown(summary: dict[str, dict], *, title: str, after_sft: float, setting:
              "useful-rollout share | tokens generated | wall time (s) |",
              "|---|---|---|---|---|---|---|---|"]
     ref = summary.get(reference, {}).get("final_accuracy", {}).get("mean")
+    # the paper's "untrained" row: the policy every run starts from (here the SFT checkpoint), no RL
+    lines.append(f"| untrained (the shared SFT start, no RL) | {after_sft:.3f} | "
+                 f"{'' if ref is None else f'{100 * (after_sft - ref):+.1f} pts'} | | | | 0 | |")
     for variant, s in summary.items():
         acc = s["final_accuracy"]
         delta = "" if ref is None or variant == reference else f"{100 * (acc['mean'] - ref):+.1f} pts"

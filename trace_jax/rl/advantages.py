@@ -19,7 +19,8 @@ from trace_jax.rollout.tree import RolloutTree
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AdvantageConfig:
     """Attributes:
-      name: registry key ("trace_tree", "grpo", "tree_grpo").
+      name: registry key ("trace_tree", "grpo", "tree_grpo"); unset in a config file, the chosen
+        allocator's own (trace: trace_tree; treepo, entropy_branch: tree_grpo; the others: grpo).
       lambda_local: weight of the local (anchor-contrast) term of trace_tree.
       scale: "std" divides the global term by the tree's leaf-success std, "none" does not.
       eps: added to the std.
