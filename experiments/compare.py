@@ -21,10 +21,10 @@ from trace_jax.compare.grid import ABLATIONS  # noqa: E402  (launch puts the rep
 flags.DEFINE_enum("ablation", None, sorted(ABLATIONS),
                   "Run this ablation's TRACE variants instead of the allocator comparison "
                   "(overrides config.compare.ablation).")
-flags.DEFINE_enum("study", None, ["mechanism"],
+flags.DEFINE_enum("study", None, ["mechanism", "generalization"],
                   "Instead of training: the frozen-policy mechanism study (gradient cosine to a reference per "
-                  "allocation step, effective ratio, stage-1 spread, held-out predictor AUC; overrides "
-                  "config.compare.study).")
+                  "allocation step, effective ratio, stage-1 spread, held-out predictor AUC), or the predictor "
+                  "generalization study with its featurizer ablation alone (overrides config.compare.study).")
 flags.DEFINE_enum("unit", None, ["rollouts", "tokens"],
                   "The framing of equal cost (overrides config.compare.unit): M rollouts per step, or the measured "
                   "tokens GRPO's M rollouts cost on the SFT policy; reports go to results_tokens.* / mechanism_tokens.*.")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from trace_jax import allocation
-from trace_jax.allocation.predictor import NUM_SCALARS, SuccessPredictor
+from trace_jax.allocation.predictor import SuccessPredictor, feature_width
 from trace_jax.rl import learner
 from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rl.losses import LossConfig
@@ -23,7 +23,7 @@ def test_one_trace_step_end_to_end(tiny_setup):
     policy, config = tiny_setup.policy, tiny_setup.config
     budget = allocation.BudgetConfig(rollouts=16, prompts=4, candidates=8, m_min=2, m_max=4, rounds=2)
     allocator = allocation.make("trace", budget, seed=0,
-                                predictor=SuccessPredictor(config.hidden_size + NUM_SCALARS, seed=0))
+                                predictor=SuccessPredictor(feature_width(config.hidden_size), seed=0))
     engine = RolloutEngine(policy, tiny_setup.env, seed=0)
     # No implicit transfer in the rollout or the learner step: every crossing is an explicit
     # jax.device_put / jax.device_get. (On CPU only host-to-device crossings are caught; on GPU/TPU a

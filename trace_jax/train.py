@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from trace_jax import allocation, run_config
-from trace_jax.allocation.predictor import NUM_SCALARS, SuccessPredictor
+from trace_jax.allocation.predictor import SuccessPredictor, feature_width
 from trace_jax.checkpointing import Checkpointer, require_checkpoint_dir
 from trace_jax.experiment import (Setup, banner, build, derive_seed, eval_tasks, held_out, log, train_tasks,
                                   warm_start)
@@ -84,7 +84,7 @@ def _pool(tasks, position: int, size: int, seed: int):
 def make_allocator(setup: Setup) -> allocation.Allocator:
     """The configured allocator; one that steers by a success predictor gets a fresh shared one."""
     run = setup.run
-    predictor = (SuccessPredictor(setup.model_config.hidden_size + NUM_SCALARS, run.predictor, seed=run.seed)
+    predictor = (SuccessPredictor(feature_width(setup.model_config.hidden_size), run.predictor, seed=run.seed)
                  if allocation.uses_predictor(run.allocator.name) else None)
     return allocation.make(run.allocator, run.budget, seed=run.seed, predictor=predictor)
 

@@ -10,7 +10,7 @@ from trace_jax import allocation
 from trace_jax.allocation import ALLOCATORS, BudgetConfig, solvers
 from trace_jax.allocation.base import task_key
 from trace_jax.allocation.baselines import knapsack_values
-from trace_jax.allocation.predictor import NUM_SCALARS, SuccessPredictor
+from trace_jax.allocation.predictor import SuccessPredictor, feature_width
 from trace_jax.allocation.trace import TraceConfig
 from trace_jax.registry import RegistryError
 from trace_jax.rollout.agent_loop import RolloutEngine
@@ -19,7 +19,7 @@ BUDGET = BudgetConfig(rollouts=12, prompts=3, candidates=6, m_min=2, m_max=4, ro
 
 
 def _predictor(tiny_setup, seed=0):
-    return SuccessPredictor(tiny_setup.config.hidden_size + NUM_SCALARS, seed=seed)
+    return SuccessPredictor(feature_width(tiny_setup.config.hidden_size), seed=seed)
 
 
 def _make(tiny_setup, config, budget=BUDGET, seed=0):
@@ -82,7 +82,7 @@ def test_trace_state_round_trips(tiny_setup):
     assert outcome.calibration is not None and outcome.calibration.n > 0
     other = _make(tiny_setup, "trace", seed=3)
     other.load_state(alloc.state())
-    x = np.random.default_rng(0).normal(size=(4, tiny_setup.config.hidden_size + NUM_SCALARS))
+    x = np.random.default_rng(0).normal(size=(4, feature_width(tiny_setup.config.hidden_size)))
     np.testing.assert_allclose(other.predictor.predict(x), alloc.predictor.predict(x))
 
 

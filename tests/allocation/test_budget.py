@@ -9,7 +9,7 @@ import pytest
 from trace_jax import allocation
 from trace_jax.allocation import BudgetConfig
 from trace_jax.allocation.budget import TokenMeter
-from trace_jax.allocation.predictor import NUM_SCALARS, SuccessPredictor
+from trace_jax.allocation.predictor import SuccessPredictor, feature_width
 from trace_jax.compare.audit import TOKEN_TOLERANCE
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import Ledger
@@ -53,7 +53,7 @@ def test_a_token_budget_needs_a_positive_cap(bad, match):
 
 @pytest.mark.parametrize("name", ["grpo", "dapo", "treepo", "trace"])
 def test_every_allocator_spends_the_token_cap_in_measured_tokens(tiny_setup, name):
-    predictor = (SuccessPredictor(tiny_setup.config.hidden_size + NUM_SCALARS, seed=0)
+    predictor = (SuccessPredictor(feature_width(tiny_setup.config.hidden_size), seed=0)
                  if allocation.uses_predictor(name) else None)
     alloc = allocation.make(name, TOKENS, seed=0, predictor=predictor)
     tasks = tiny_setup.source.tasks("train")

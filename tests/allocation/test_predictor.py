@@ -14,10 +14,10 @@ def test_untrained_predictor_says_one_half():
 
 def test_learns_success_that_depends_on_a_feature():
     rng = np.random.default_rng(0)
-    predictor = SuccessPredictor(20)
+    predictor = SuccessPredictor(21)
 
     def stream(n):
-        x = rng.normal(size=(n, 20)).astype(np.float32)
+        x = rng.normal(size=(n, 21)).astype(np.float32)
         y = (rng.random(n) < 1 / (1 + np.exp(-4 * x[:, 3]))).astype(np.float32)
         return x, y
 
@@ -29,15 +29,16 @@ def test_learns_success_that_depends_on_a_feature():
 
 
 def test_state_round_trip():
-    a, b = SuccessPredictor(8, seed=0), SuccessPredictor(8, seed=1)
-    x = np.random.default_rng(2).normal(size=(50, 8)).astype(np.float32)
+    a, b = SuccessPredictor(9, seed=0), SuccessPredictor(9, seed=1)
+    x = np.random.default_rng(2).normal(size=(50, 9)).astype(np.float32)
     a.fit(x, (x[:, 0] > 0).astype(np.float32), np.ones(50, np.float32))
     b.load_state(a.state())
     np.testing.assert_allclose(a.predict(x), b.predict(x))
 
 
-@pytest.mark.parametrize("features,ignored,used", [("scalars", slice(0, 32), slice(32, 35)),
-                                                   ("hidden", slice(32, 35), slice(0, 32))])
+@pytest.mark.parametrize("features,ignored,used", [  # a featurize row of D = 16: hidden, prompt mean, 3 scalars
+    ("scalars", slice(0, 32), slice(32, 35)), ("hidden", slice(16, 35), slice(0, 16)),
+    ("prompt_mean+scalars", slice(0, 16), slice(16, 32)), ("prompt_mean+hidden+scalars", slice(0, 0), slice(0, 35))])
 def test_featurizer_variants_see_only_their_columns(features, ignored, used):
     from trace_jax.allocation.predictor import PredictorConfig
     rng = np.random.default_rng(0)
@@ -50,6 +51,11 @@ def test_featurizer_variants_see_only_their_columns(features, ignored, used):
     changed = x.copy()
     changed[:, used] = rng.normal(size=changed[:, used].shape)
     assert not np.allclose(predictor.predict(changed), predictor.predict(x), atol=1e-3)
+
+
+def test_a_row_of_the_wrong_width_is_refused():
+    with pytest.raises(ValueError, match="not a featurize row width"):
+        SuccessPredictor(8)
 
 
 def test_standardised_inputs_let_a_tiny_scale_scalar_drive_the_prediction():
@@ -78,10 +84,11 @@ def test_root_targets_count_only_rollouts_sampled_at_the_root():
 
     tree = RolloutTree(type("T", (), {"id": "t"})(), [1, 2])
     tree.mark_anchor(0, prefix_length=2, hidden=np.zeros(4, np.float32))
+    tree.root.prompt_mean = np.zeros(4, np.float32)
     turn = tree.add(0, tokens=[3], origin=0)
     tree.mark_anchor(turn.id, prefix_length=3, hidden=np.ones(4, np.float32))
     tree.add(turn.id, tokens=[4], origin=0, terminal=True, success=False)       # the bare rollout: failed
     for _ in range(3):                                                           # branches chosen to flip it
         tree.add(turn.id, tokens=[5], origin=turn.id, terminal=True, success=True)
-    x, y, w = SuccessPredictor(7).targets([tree])
+    x, y, w = SuccessPredictor(11).targets([tree])
     assert y.tolist() == [0.0, 0.75] and w.tolist() == [1.0, 4.0]  # root: the bare leaf only; prefix: all four

@@ -56,14 +56,14 @@ def test_token_unit_audits_the_rollout_equivalents_spent():
 def test_token_unit_audits_the_measured_cost_against_the_cap():
     """The meter may plan any M per step; the running measured cost must track s x budget.tokens."""
     run = _run(allocator__name="grpo", budget__unit="tokens", budget__tokens=1000, budget__prefill_weight=0.5)
-    audit("grpo", run, _steps(dict(started=32, tokens=1300, planned=32), dict(started=20, tokens=700, planned=20),
-                              dict(started=40, tokens=900, prefilled=200, planned=40)))
-    with pytest.raises(BudgetAuditError, match=r"step 2: measured cost 2700 after 2 steps is \+0.70"):
-        audit("grpo", run, _steps(dict(started=32, tokens=1300, planned=32), dict(started=32, tokens=1400, planned=32),
+    audit("grpo", run, _steps(dict(started=32, tokens=1900, planned=32), dict(started=20, tokens=300, planned=20),
+                              dict(started=40, tokens=700, prefilled=200, planned=40)))
+    with pytest.raises(BudgetAuditError, match=r"step 2: measured cost 3100 after 2 steps is \+1.10"):
+        audit("grpo", run, _steps(dict(started=32, tokens=1700, planned=32), dict(started=32, tokens=1400, planned=32),
                                   dict(planned=32)))
-    with pytest.raises(BudgetAuditError, match=r"step 3: .* is -0.60"):  # prefill counts at its weight
-        audit("grpo", run, _steps(dict(started=32, tokens=1000, planned=32), dict(started=32, tokens=1000, planned=32),
-                                  dict(started=32, tokens=200, prefilled=400, planned=32)))
+    with pytest.raises(BudgetAuditError, match=r"step 3: .* is -1.10"):  # prefill counts at its weight
+        audit("grpo", run, _steps(dict(started=32, tokens=800, planned=32), dict(started=32, tokens=800, planned=32),
+                                  dict(started=32, tokens=100, prefilled=400, planned=32)))
     with pytest.raises(BudgetAuditError, match="step 1: 31 rollouts started"):
         audit("grpo", run, _steps(dict(started=31, tokens=1000, planned=32), {}, {}))
 

@@ -27,7 +27,9 @@ def test_main_grid_is_every_allocator_times_every_seed():
     ("stage2", lambda rs: [(r.allocator.prefix_budget, r.allocator.prefixes) for r in rs] ==
      [("global", "agreement"), ("global", "posterior"), ("local", "agreement"), ("local", "posterior")]),
     ("lambda_local", lambda rs: [r.advantage.lambda_local for r in rs] == [0.5, 0.0]),
-    ("featurizer", lambda rs: [r.predictor.features for r in rs] == ["hidden+scalars", "hidden", "scalars"]),
+    ("featurizer", lambda rs: [r.predictor.features for r in rs] == ["hidden+scalars", "hidden", "scalars",
+                                                                     "prompt_mean+scalars",
+                                                                     "prompt_mean+hidden+scalars"]),
 ])
 def test_ablation_variants(ablation, check):
     compare, base = grid.split_config(compare_multihop.get_config())

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from configs import compare_multihop
+from trace_jax.allocation.predictor import FEATURIZERS
 from trace_jax.compare.audit import BudgetAuditError
 from trace_jax.compare.runner import run_comparison
 
@@ -62,8 +63,13 @@ def test_report_and_headline(compared):
     study = results["generalization"]["table"]
     assert set(study) == {"seen prompts", "unseen prompts"}
     assert study["unseen prompts"]["roots"]["beta"]["n"] == 4  # every unseen prompt scored against Beta(1, 1)
+    ablation = results["generalization"]["featurizers"]
+    assert set(ablation) == set(FEATURIZERS) and ablation["scalars"]["unseen prompts"]["roots"]["n"] == 4
+    # the configured predictor and the same featurizer's ablation row saw the same rollouts and outcomes
+    assert ablation["hidden+scalars"]["unseen prompts"]["roots"] == study["unseen prompts"]["roots"]["predictor"]
     with open(os.path.join(workdir, "results.md")) as f:
-        assert "| trace |" in f.read()
+        text = f.read()
+        assert "| trace |" in text and "| prompt_mean+scalars |" in text
 
 
 def test_rerun_resumes_from_finished_runs(compared):
@@ -155,3 +161,10 @@ def test_equal_tokens_framing_measures_the_cap_and_audits_every_variant_against_
         (run,) = json.load(f)["runs"]
     assert "equal measured tokens" in open(os.path.join(workdir, "results_tokens.md")).read()
     assert os.path.exists(os.path.join(workdir, "results.md"))
+
+
+def test_the_generalization_study_alone_writes_its_featurizer_ablation(compared):
+    workdir, _ = compared
+    head = run_comparison(_config(), workdir, study="generalization")
+    assert set(head["unseen_root_auc"]) == {"predictor", "beta", *FEATURIZERS}
+    assert "Featurizer ablation" in open(os.path.join(workdir, "generalization.md")).read()

@@ -69,6 +69,22 @@ def test_extend_in_several_chunks_matches_one_pass():
         _check_against_full_pass(prompts[i] + long_obs[i], gen.row(i), gen.logprobs[i], hidden=gen.hidden[i])
 
 
+def test_pooled_state_sums_the_prefilled_tokens_hidden_states_only():
+    """`pooled` after a chunked prompt prefill = the sum of a full pass's hidden states over the prompt
+    (the predictor's mean-pooled prompt state); decoding leaves it alone, an observation adds its own."""
+    prompts = _prompts([40, 7], seed=5)
+    state = start(CONFIG, PARAMS, prompts, max_chunk=16)
+    for i, prompt in enumerate(prompts):
+        np.testing.assert_allclose(np.asarray(state.pooled[i]), _full_logprobs(prompt)[1].sum(0), atol=2e-3, rtol=1e-4)
+    gen, state = decode(CONFIG, PARAMS, state, SAMPLING, seed=0, row_ids=[0, 1])
+    observations = _prompts([5, 0], seed=6)
+    after = extend(CONFIG, PARAMS, state, observations)
+    for i, prompt in enumerate(prompts):
+        full = _full_logprobs(prompt + gen.row(i) + observations[i])[1]
+        prefilled = list(range(len(prompt))) + list(range(len(prompt) + len(gen.row(i)), len(full)))
+        np.testing.assert_allclose(np.asarray(after.pooled[i]), full[prefilled].sum(0), atol=2e-3, rtol=1e-4)
+
+
 def test_tree_expand_equals_generate_on_copies_of_each_prefix():
     prefixes = _prompts([7, 12], seed=5)
     parents = [0, 0, 0, 1, 1, 1, 1]

@@ -27,7 +27,7 @@ class BudgetConfig:
       rounds: L, prefix-expansion rounds.
       unit: "rollouts" (every step spends exactly M rollouts) or "tokens" (every step spends `tokens` of
         measured cost: generated tokens + prefill_weight x prefilled tokens, counted by the engine's
-        ledger; the running total is kept within half a step of steps x tokens, and TRACE prices a
+        ledger; the running total is kept within a step of steps x tokens, and TRACE prices a
         continuation by its expected remaining tokens).
       tokens: with unit="tokens", the measured cost each step spends.
       prefill_weight: what one prefilled token costs relative to a generated one (0: the budget is
@@ -88,9 +88,9 @@ class TokenMeter:
 
     M_s = (s x tokens - cost spent so far) / (measured cost per budget unit), the latter a running
     average starting at tokens / rollouts. Paying back what a step over- or under-spent keeps the
-    run's total within about half a step's cost of steps x tokens, whatever the allocator's rollouts
+    run's total within about a step's cost of steps x tokens, whatever the allocator's rollouts
     cost (branches from turn prefixes are shorter than whole rollouts, so a tree allocator gets more
-    of them for the same tokens)."""
+    of them for the same tokens). The audit (`compare/audit.py`) holds every run to one step's cap."""
 
     def __init__(self, budget: BudgetConfig):
         self.budget = budget

@@ -1,7 +1,9 @@
 """The shared success predictor V_psi(H) ~ P(success | H, current policy) (METHOD.md section 3).
 
-Features: the policy's final-layer hidden state at the prefix end (a free by-product of
-sampling, never differentiated) plus scalars (turn index, tool calls so far, prefix length),
+Features (`FEATURIZERS`, chosen by `predictor.features`): blocks of one `featurize` row, all free
+by-products of sampling, never differentiated: the policy's final-layer hidden state at the prefix
+end, the mean-pooled final hidden state over the prompt's tokens (one per tree), and scalars (turn
+index, tool calls so far, prefix length),
 standardised by the replay buffer's mean and standard deviation per column (so a scalar such as
 prefix length is not drowned by the hidden dimensions; `normalize="layernorm"` is the older
 per-row LayerNorm) into a small NNX MLP with a zero-initialised output layer, so an untrained
@@ -25,7 +27,20 @@ from flax import nnx
 from trace_jax.rollout.tree import Node, RolloutTree
 
 NUM_SCALARS = 3
-FEATURES = ("hidden+scalars", "hidden", "scalars")  # featurizer variants (columns of `featurize`)
+BLOCKS = ("hidden", "prompt_mean", "scalars")  # the column blocks of a `featurize` row, in order
+# The featurizer registry: name -> the blocks the predictor's MLP sees.
+FEATURIZERS: dict[str, tuple[str, ...]] = {
+    "hidden+scalars": ("hidden", "scalars"),
+    "hidden": ("hidden",),
+    "scalars": ("scalars",),
+    "prompt_mean+scalars": ("prompt_mean", "scalars"),
+    "prompt_mean+hidden+scalars": ("prompt_mean", "hidden", "scalars"),
+}
+
+
+def feature_width(hidden_size: int) -> int:
+    """Columns of a `featurize` row for a policy of this hidden size."""
+    return 2 * hidden_size + NUM_SCALARS
 _BATCH = 256  # training/prediction rows are padded to multiples of this (one compiled shape)
 
 
@@ -35,10 +50,16 @@ def scalar_features(node: Node) -> np.ndarray:
 
 
 def featurize(tree: RolloutTree, node: Node) -> np.ndarray:
-    """[D + 3] features of the prefix ending at this node's boundary (hidden state, then scalars)."""
+    """[2D + 3] features of the prefix ending at this node's boundary: its hidden state, the tree's
+    mean-pooled prompt state, then the scalars (`BLOCKS`)."""
     if node.hidden is None:
         raise ValueError(f"node {node.id} of task {tree.task.id} has no hidden state (not an anchor)")
-    return np.concatenate([np.asarray(node.hidden, np.float32), scalar_features(node)])
+    hidden = np.asarray(node.hidden, np.float32)
+    prompt = tree.root.prompt_mean
+    if prompt is None:
+        raise ValueError(f"task {tree.task.id}: the root has no mean-pooled prompt state (not prefilled by "
+                         "RolloutEngine.roots)")
+    return np.concatenate([hidden, np.asarray(prompt, np.float32), scalar_features(node)])
 
 
 class MLP(nnx.Module):
@@ -60,8 +81,10 @@ class PredictorConfig:
       epochs: passes over the replay buffer per update.
       replay_steps: how many recent steps' targets to keep.
       weight_cap: cap on the leaf-count weight n_y of a target.
-      features: which columns of `featurize` the MLP sees: "hidden+scalars" (default), "hidden"
-        (the policy's hidden state alone) or "scalars" (turn index, tool calls, prefix length alone).
+      features: the featurizer (a key of FEATURIZERS): which blocks of `featurize` the MLP sees:
+        "hidden+scalars" (default), "hidden" (the boundary hidden state alone), "scalars" (turn index,
+        tool calls, prefix length alone), "prompt_mean+scalars" (the mean-pooled prompt state: one
+        vector per prompt, blind to the prefix's turns) or "prompt_mean+hidden+scalars".
       normalize: "standardize" (per column, by the replay buffer's mean and std) or "layernorm" (per row).
       loss: "bce" (weighted binary cross-entropy toward V(y)) or "mse" (weighted squared error of
         the predicted probability, the paper's regression).
@@ -77,8 +100,8 @@ class PredictorConfig:
     loss: str = "bce"
 
     def __post_init__(self):
-        if self.features not in FEATURES:
-            raise ValueError(f"predictor.features must be one of {FEATURES}, got {self.features!r}")
+        if self.features not in FEATURIZERS:
+            raise ValueError(f"predictor.features must be one of {sorted(FEATURIZERS)}, got {self.features!r}")
         if self.normalize not in ("standardize", "layernorm"):
             raise ValueError(f"predictor.normalize must be 'standardize' or 'layernorm', got {self.normalize!r}")
         if self.loss not in ("bce", "mse"):
@@ -86,10 +109,13 @@ class PredictorConfig:
 
 
 def feature_columns(features: str, num_features: int) -> np.ndarray:
-    """Indices into a `featurize` row [hidden (num_features - NUM_SCALARS), scalars (NUM_SCALARS)]."""
-    hidden = np.arange(num_features - NUM_SCALARS)
-    scalars = np.arange(num_features - NUM_SCALARS, num_features)
-    return {"hidden+scalars": np.arange(num_features), "hidden": hidden, "scalars": scalars}[features]
+    """Indices into a `featurize` row [hidden (D), prompt_mean (D), scalars] of the featurizer's blocks."""
+    d = (num_features - NUM_SCALARS) // 2
+    if 2 * d + NUM_SCALARS != num_features:
+        raise ValueError(f"{num_features} features is not a featurize row width (2 x hidden size + {NUM_SCALARS})")
+    spans = {"hidden": np.arange(d), "prompt_mean": np.arange(d, 2 * d),
+             "scalars": np.arange(2 * d, num_features)}
+    return np.concatenate([spans[b] for b in FEATURIZERS[features]])
 
 
 def _pad(x: np.ndarray, rows: int) -> np.ndarray:
@@ -100,7 +126,8 @@ def _pad(x: np.ndarray, rows: int) -> np.ndarray:
 
 class SuccessPredictor:
     """Host wrapper: `predict(features)`, `update(trees)`, checkpointable `state()`. `features` rows
-    are full `featurize` rows; the config's featurizer variant picks the columns the MLP sees."""
+    are full `featurize` rows (`num_features = feature_width(D)`); the configured featurizer picks the
+    columns the MLP sees (and the replay buffer keeps)."""
 
     def __init__(self, num_features: int, config: PredictorConfig = PredictorConfig(), seed: int = 0):
         self.config = config
@@ -162,11 +189,11 @@ class SuccessPredictor:
     def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
         """Adds one step's targets to the replay buffer and trains `epochs` passes over it."""
         if len(x):
-            self.buffer.append((x, y, w))
+            self.buffer.append((np.asarray(x, np.float32)[:, self.columns], y, w))
             self.buffer = self.buffer[-self.config.replay_steps:]
         if not self.buffer:
             return float("nan")
-        X = np.concatenate([b[0] for b in self.buffer])[:, self.columns]
+        X = np.concatenate([b[0] for b in self.buffer])
         Y = np.concatenate([b[1] for b in self.buffer])
         W = np.concatenate([b[2] for b in self.buffer])
         self._fit_standardization(X)

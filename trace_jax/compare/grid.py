@@ -9,6 +9,7 @@ import dataclasses
 
 from trace_jax import run_config
 from trace_jax.allocation import ALLOCATORS, default_advantage
+from trace_jax.allocation.predictor import FEATURIZERS
 
 ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
 
@@ -31,9 +32,7 @@ ABLATIONS: dict[str, dict[str, dict[str, object]]] = {
         "local m_i N, posterior": {"allocator.prefix_budget": "local", "allocator.prefixes": "posterior"},
     },
     "lambda_local": {"trace lambda_local=default": {}, "trace lambda_local=0": {"advantage.lambda_local": 0.0}},
-    "featurizer": {"trace features=hidden+scalars": {"predictor.features": "hidden+scalars"},
-                   "trace features=hidden": {"predictor.features": "hidden"},
-                   "trace features=scalars": {"predictor.features": "scalars"}},
+    "featurizer": {f"trace features={name}": {"predictor.features": name} for name in FEATURIZERS},
 }
 
 
@@ -58,8 +57,9 @@ class CompareSection:
       ablation: "" for the main comparison, else a key of ABLATIONS (TRACE variants).
       generalization_steps: training steps of the predictor generalization study (0 skips it).
       generalization_prompts: held-out prompts (and as many seen ones) scored by that study.
-      study: "" (train every variant and compare held-out accuracy) or "mechanism" (no training: the
-        frozen SFT policy's gradient cosine per allocation step, `compare/mechanism.py`).
+      study: "" (train every variant and compare held-out accuracy), "mechanism" (no training: the
+        frozen SFT policy's gradient cosine per allocation step, `compare/mechanism.py`) or
+        "generalization" (the predictor generalization study and its featurizer ablation alone).
       mechanism_steps: allocation steps per variant in the mechanism study.
       mechanism_reference: uniform rollouts behind its reference gradient.
       mechanism_group: rollouts per prompt of that reference.
@@ -97,8 +97,10 @@ class CompareSection:
             raise ValueError(f"ablation {self.ablation!r} unknown; known {sorted(ABLATIONS)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds}")
-        if self.study not in ("", "mechanism"):
-            raise ValueError(f"study must be '' or 'mechanism', got {self.study!r}")
+        if self.study not in ("", "mechanism", "generalization"):
+            raise ValueError(f"study must be '', 'mechanism' or 'generalization', got {self.study!r}")
+        if self.study == "generalization" and self.generalization_steps < 1:
+            raise ValueError("study='generalization' needs generalization_steps >= 1")
         if self.unit not in ("rollouts", "tokens"):
             raise ValueError(f"unit must be 'rollouts' or 'tokens', got {self.unit!r}")
         if self.tokens < 0 or self.token_calibration < 1:

@@ -193,7 +193,7 @@ def markdown(result: dict, run, compare, budget) -> str:
     unseen = result.get("unseen_root_auc")
     cost = (f"M={b.rollouts} rollouts" if b.unit == "rollouts" else
             f"{b.tokens} measured tokens per step (generated + {b.prefill_weight} x prefilled: what GRPO's "
-            f"M={b.rollouts} rollouts cost on this policy; every variant's running total audited within half a "
+            f"M={b.rollouts} rollouts cost on this policy; every variant's running total audited within one "
             "step of it, the token meter re-planning M each step)")
     lines += ["", f"Task {run.task.source}, model {run.model.preset}; {compare.mechanism_steps} allocation steps per "
               f"variant at {cost} (B={b.prompts}, C={b.candidates}), the same candidate pools and "

@@ -118,16 +118,33 @@ def markdown(summary: dict[str, dict], *, title: str, after_sft: float, setting:
               "discarded ones included (DAPO's filter makes its effective ratio 1 by construction; this one is "
               "comparable)."]
     if generalization:
-        lines += ["", "## Predictor generalization (frozen SFT policy, outcomes predicted before they were seen)", "",
-                  f"Trained on {generalization['train_steps']} steps ({generalization['train_prompts']} prompts). "
-                  "Beta = per-prompt Beta(1,1) posterior (MoPPS); a prefix gets its prompt's posterior mean.", "",
-                  "| prompts | anchors | n | AUC predictor | AUC beta | Brier predictor | Brier beta |",
-                  "|---|---|---|---|---|---|---|"]
-        for group, levels in generalization["table"].items():
-            for level, c in levels.items():
-                p, b = c["predictor"], c["beta"]
-                lines.append(f"| {group} | {level} | {p['n']} | {_num(p['auc'])} | {_num(b['auc'])} | "
-                             f"{_num(p['brier'])} | {_num(b['brier'])} |")
+        lines += ["", generalization_markdown(generalization, level="##")]
+    return "\n".join(lines) + "\n"
+
+
+def generalization_markdown(study: dict, level: str = "#") -> str:
+    """The predictor generalization study: the configured predictor against the per-prompt Beta, then
+    the featurizer ablation (AUC of each featurizer on the same outcomes, Beta as the reference column)."""
+    lines = [f"{level} Predictor generalization (frozen SFT policy, outcomes predicted before they were seen)", "",
+             f"Trained on {study['train_steps']} steps ({study['train_prompts']} prompts). "
+             "Beta = per-prompt Beta(1,1) posterior (MoPPS); a prefix gets its prompt's posterior mean.", "",
+             "| prompts | anchors | n | AUC predictor | AUC beta | Brier predictor | Brier beta |",
+             "|---|---|---|---|---|---|---|"]
+    for group, levels in study["table"].items():
+        for lvl, c in levels.items():
+            p, b = c["predictor"], c["beta"]
+            lines.append(f"| {group} | {lvl} | {p['n']} | {_num(p['auc'])} | {_num(b['auc'])} | "
+                         f"{_num(p['brier'])} | {_num(b['brier'])} |")
+    featurizers = study.get("featurizers")
+    if featurizers:
+        cells = [(g, lvl) for g, levels in study["table"].items() for lvl in levels]
+        lines += ["", f"{level}# Featurizer ablation (AUC; the same training rollouts and scored outcomes)", "",
+                  "| featurizer | " + " | ".join(f"{g}, {lvl}" for g, lvl in cells) + " |",
+                  "|---|" + "---|" * len(cells)]
+        for name, table in featurizers.items():
+            lines.append(f"| {name} | " + " | ".join(_num(table[g][lvl]["auc"]) for g, lvl in cells) + " |")
+        lines.append("| per-prompt Beta (reference) | " + " | ".join(
+            _num(study["table"][g][lvl]["beta"]["auc"]) for g, lvl in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

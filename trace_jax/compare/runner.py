@@ -20,6 +20,7 @@ import time
 import jax
 
 from trace_jax import experiment, run_config, train
+from trace_jax.allocation.predictor import FEATURIZERS
 from trace_jax.compare import audit, generalization, grid, mechanism, report
 from trace_jax.compare.store import cached
 from trace_jax.metrics import MetricWriter, read_metrics
@@ -68,6 +69,21 @@ def _token_cap(setup, params, compare: grid.CompareSection, shared: str) -> int:
     experiment.log(f"equal-tokens framing: {cap} per step = M={b.rollouts} x {measured['cost_per_rollout']:.1f} "
                    f"(generated + {b.prefill_weight} x prefilled per uniform rollout, {measured['rollouts']} measured)")
     return cap
+
+
+def _generalization(workdir: str, study: dict) -> dict:
+    """Writes generalization.json and .md (the study and its featurizer ablation); returns the headline:
+    unseen-prompt root AUC per featurizer and of the per-prompt Beta."""
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "generalization.json"), "w", encoding="utf-8") as f:
+            json.dump(study, f, indent=1)
+        with open(os.path.join(workdir, "generalization.md"), "w", encoding="utf-8") as f:
+            f.write(report.generalization_markdown(study))
+        experiment.log(f"wrote {os.path.join(workdir, 'generalization.md')}")
+    unseen = study["table"]["unseen prompts"]["roots"]
+    return {"unseen_root_auc": {"predictor": unseen["predictor"]["auc"], "beta": unseen["beta"]["auc"],
+                                **{name: t["unseen prompts"]["roots"]["auc"]
+                                   for name, t in study["featurizers"].items()}}}
 
 
 def _mechanism(setup, params, base: dict, compare: grid.CompareSection, workdir: str, study: dict | None) -> dict:
@@ -132,7 +148,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         experiment.banner("predictor generalization study")
         study_key = dict(steps=compare.generalization_steps, prompts=compare.generalization_prompts,
                          seed=base_run.seed, budget=dataclasses.asdict(base_run.budget),
-                         predictor=dataclasses.asdict(base_run.predictor),
+                         predictor=dataclasses.asdict(base_run.predictor), featurizers=sorted(FEATURIZERS),
                          sampling=[base_run.rl.temperature, base_run.rl.top_p, base_run.rl.max_new_tokens],
                          sft=sft_settings)
         predictor_study = cached(os.path.join(shared, "generalization.json"), study_key, lambda: generalization.study(
@@ -143,6 +159,8 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
                 experiment.log(f"{group:>15} {level:>8}: AUC predictor {c['predictor']['auc']:.3f} vs beta "
                           f"{c['beta']['auc']:.3f}; Brier {c['predictor']['brier']:.3f} vs {c['beta']['brier']:.3f}")
 
+    if compare.study == "generalization":
+        return _generalization(workdir, predictor_study)
     if compare.unit == "tokens":
         base = grid.framed(base, compare, _token_cap(setup, params, compare, shared))
         runs = grid.validate(base, compare)

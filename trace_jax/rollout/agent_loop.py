@@ -90,12 +90,13 @@ class RolloutEngine:
         prompts = [p.renderer.prompt(self.env.messages(task)) for task in tasks]
         state = start(p.config, p.params, prompts, reserve=p.sampling.max_new_tokens)
         sid = self._store(state)
-        hidden, lengths = jax.device_get((state.hidden, state.cache.lengths))
+        hidden, pooled, lengths = jax.device_get((state.hidden, state.pooled, state.cache.lengths))
         self.ledger.tokens_prefilled += sum(map(len, prompts))
         trees = []
         for row, (task, prompt) in enumerate(zip(tasks, prompts)):
             tree = RolloutTree(task, prompt)
             tree.mark_anchor(0, prefix_length=int(lengths[row]), hidden=np.asarray(hidden[row]))
+            tree.root.prompt_mean = np.asarray(pooled[row] / max(int(lengths[row]), 1), np.float32)
             self._anchors[tree] = {0: _AnchorHandle(PrefixRef(sid, row, int(lengths[row])), self.env.start(task))}
             trees.append(tree)
         return trees

@@ -35,6 +35,7 @@ class Node:
     hidden: np.ndarray | None = None  # policy hidden state at the boundary (predictor feature)
     expanded: int = 0  # continuations sampled from this node as an anchor (beyond its first path)
     origin: int = 0  # the anchor the branch this turn belongs to was sampled from (0: a root rollout)
+    prompt_mean: np.ndarray | None = None  # the root only: mean final hidden state over the prompt's tokens
 
 
 class RolloutTree:

@@ -69,6 +69,7 @@ def _append_body(config: ModelConfig, params: Params, state: SamplerState, token
         tokens=state.tokens.at[jnp.arange(B)[:, None], slots].set(tokens, mode="drop"),
         logits=jnp.where(changed, logits, state.logits),
         hidden=jnp.where(changed, last_hidden, state.hidden),
+        pooled=state.pooled + jnp.einsum("bc,bcd->bd", mask.astype(jnp.float32), hidden.astype(jnp.float32)),
     )
 
 
@@ -82,7 +83,7 @@ def _rewind(config, params, state, lengths):
     """Cuts each row back to `lengths` tokens and recomputes its logits/hidden from the kept last token."""
     last = jnp.take_along_axis(state.tokens, (lengths - 1)[:, None], axis=1)
     state = state.replace(cache=state.cache.replace(lengths=lengths - 1))
-    return _append_body(config, params, state, last, jnp.ones_like(last, bool))
+    return _append_body(config, params, state, last, jnp.ones_like(last, bool)).replace(pooled=state.pooled)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
@@ -125,6 +126,7 @@ def _decode(config: ModelConfig, sampling: SamplingParams, params: Params, state
             tokens=state.tokens.at[rows, lengths].set(token, mode="drop"),
             logits=jnp.where(live[:, None], fed.logits[:, 0].astype(jnp.float32), state.logits),
             hidden=jnp.where(live[:, None], fed.hidden[:, 0], state.hidden),
+            pooled=state.pooled,
         )
         done = done | hit_stop | (out["lengths"] >= N)
         return t + 1, state, out, done

@@ -2,7 +2,9 @@
 
 A `SamplerState` row is a prefix ready to be continued: its cache holds every token so far,
 `logits` are the next-token logits after the last one, `hidden` is the final-layer hidden
-state at the last token (the success predictor's feature). Rows fork by one gather.
+state at the last token (the success predictor's feature), `pooled` the sum of the final-layer
+hidden states of every prefilled (appended, not decoded) token: right after the prompt's prefill,
+its length times the mean-pooled prompt state. Rows fork by one gather.
 Batch and length are rounded up to a few bucket sizes so a long run compiles a handful of
 programs.
 """
@@ -26,6 +28,7 @@ class SamplerState:
     tokens: jax.Array  # [B, T] int32: the token in each cache slot
     logits: jax.Array  # [B, V] float32: next-token logits after each row's last token
     hidden: jax.Array  # [B, D]: final-layer hidden state at each row's last token
+    pooled: jax.Array  # [B, D] float32: sum of the final-layer hidden states of the prefilled tokens
 
     @property
     def batch_size(self) -> int:
@@ -44,6 +47,7 @@ def empty_state(config: ModelConfig, batch: int, capacity: int) -> SamplerState:
         tokens=jnp.zeros((batch, capacity), jnp.int32),
         logits=jnp.zeros((batch, config.vocab_size), jnp.float32),
         hidden=jnp.zeros((batch, config.hidden_size), config.jnp_dtype),
+        pooled=jnp.zeros((batch, config.hidden_size), jnp.float32),
     )
 
 
@@ -69,7 +73,7 @@ def gather_rows(state: SamplerState, rows: jax.Array) -> SamplerState:
     """Row i of the result is a copy of row rows[i]: one gather forks prefixes to branches."""
     take = lambda x: jnp.take(x, rows, axis=0)  # noqa: E731
     return SamplerState(cache=state.cache.gather(rows), tokens=take(state.tokens), logits=take(state.logits),
-                        hidden=take(state.hidden))
+                        hidden=take(state.hidden), pooled=take(state.pooled))
 
 
 @functools.partial(jax.jit, static_argnums=1)
