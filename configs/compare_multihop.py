@@ -36,6 +36,7 @@ def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collect
                                                generalization_steps=8, generalization_prompts=32, study="",
                                                mechanism_steps=50, mechanism_reference=2048, mechanism_group=8,
                                                mechanism_holdout=4, mechanism_advantage="trace_tree",
+                                               mechanism_rl_steps=0,
                                                unit="rollouts", tokens=0,
                                                token_calibration=256))
     if runlocal:

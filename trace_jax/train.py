@@ -31,7 +31,7 @@ from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import step_statistics
 
 __all__ = ["Setup", "build", "derive_seed", "eval_tasks", "held_out", "train_tasks", "warm_start", "make_allocator",
-           "rl_step", "sft", "train_and_evaluate", "evaluate"]
+           "rl_step", "sft", "train_and_evaluate", "evaluate", "restore_policy"]
 
 
 def sft(config, workdir: str) -> dict:
@@ -229,12 +229,18 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
             "wall_s": round(time.time() - t0, 1)}
 
 
-def evaluate(config, workdir: str) -> dict:
-    """Evaluates the latest RL checkpoint of `workdir` (greedy accuracy, pass@k if configured)."""
+def restore_policy(config, workdir: str):
+    """(setup, params, step) of the latest RL checkpoint of `workdir`, written under `config`."""
     path = require_checkpoint_dir(os.path.join(workdir, "checkpoints"))
     setup = build(config, workdir)
     params, _, record = _restore(setup, Checkpointer(path), make_allocator(setup),
                                  learner.make_optimizer(setup.run.learner))
+    return setup, params, record.step
+
+
+def evaluate(config, workdir: str) -> dict:
+    """Evaluates the latest RL checkpoint of `workdir` (greedy accuracy, pass@k if configured)."""
+    setup, params, step = restore_policy(config, workdir)
     result = held_out(setup, params)
-    log(f"held-out at step {record.step}: {result}")
-    return {"step": record.step, **result}
+    log(f"held-out at step {step}: {result}")
+    return {"step": step, **result}

@@ -168,3 +168,20 @@ def test_the_generalization_study_alone_writes_its_featurizer_ablation(compared)
     head = run_comparison(_config(), workdir, study="generalization")
     assert set(head["unseen_root_auc"]) == {"predictor", "beta", *FEATURIZERS}
     assert "Featurizer ablation" in open(os.path.join(workdir, "generalization.md")).read()
+
+
+def test_the_mechanism_study_at_a_mid_rl_policy_trains_grpo_first_then_freezes_it(compared):
+    workdir, _ = compared
+    c = _config()
+    c.compare.allocators = ("grpo",)
+    c.compare.mechanism_steps, c.compare.mechanism_reference, c.compare.mechanism_group = 2, 8, 4
+    c.compare.mechanism_rl_steps = 2
+    head = run_comparison(c, workdir, study="mechanism")
+    assert "grpo" in head["gradient_cosine"]
+    (policy_run,) = glob.glob(os.path.join(workdir, "runs", "mechanism-policy-grpo", "seed0-*"))
+    assert json.load(open(os.path.join(policy_run, "summary.json")))["steps"] == 2
+    with open(os.path.join(workdir, "mechanism_rl2.json")) as f:
+        result = json.load(f)
+    stored = json.load(open(os.path.join(workdir, "shared", "mechanism_rl2", "reference.json")))
+    assert stored["key"]["policy"] == "rl2" and stored["value"] == result["reference"]  # its own reference
+    assert "policy after 2 GRPO steps" in open(os.path.join(workdir, "mechanism_rl2.md")).read()

@@ -64,6 +64,9 @@ class CompareSection:
       mechanism_reference: uniform rollouts behind its reference gradient.
       mechanism_group: rollouts per prompt of that reference.
       mechanism_holdout: random anchors per step held out from TRACE's choice to score its predictor.
+      mechanism_rl_steps: 0 freezes the shared SFT policy for the mechanism study; N > 0 first trains
+        GRPO for N steps from it (first seed, equal rollouts; stored and resumed like any run) and
+        freezes that mid-RL policy (reports mechanism*_rlN.*).
       mechanism_advantage: the estimator every mechanism variant's gradient is computed with (unless the
         variant sets its own), so the cosines differ by allocation alone; "" = each allocator's own.
       unit: the framing of equal cost. "rollouts": every run spends budget.rollouts rollouts per step;
@@ -85,6 +88,7 @@ class CompareSection:
     mechanism_group: int = 8
     mechanism_holdout: int = 4
     mechanism_advantage: str = "trace_tree"
+    mechanism_rl_steps: int = 0
     unit: str = "rollouts"
     tokens: int = 0
     token_calibration: int = 256
@@ -105,6 +109,8 @@ class CompareSection:
             raise ValueError(f"unit must be 'rollouts' or 'tokens', got {self.unit!r}")
         if self.tokens < 0 or self.token_calibration < 1:
             raise ValueError(f"need tokens >= 0 and token_calibration >= 1, got {self.tokens}, {self.token_calibration}")
+        if self.mechanism_rl_steps < 0:
+            raise ValueError(f"mechanism_rl_steps must be >= 0, got {self.mechanism_rl_steps}")
         if min(self.mechanism_steps, self.mechanism_reference, self.mechanism_group) < 1 or self.mechanism_holdout < 0:
             raise ValueError("mechanism_steps, mechanism_reference and mechanism_group must be >= 1, "
                              "mechanism_holdout >= 0")

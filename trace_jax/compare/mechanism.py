@@ -130,13 +130,15 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
 
 
 def study(setup, params, variants, *, steps: int, reference: int, group: int, seed: int, directory: str,
-          variants_directory: str | None = None) -> dict:
+          variants_directory: str | None = None, policy: str = "sft") -> dict:
     """Runs the reference (stored under `directory`) and every (name, run) variant (under
     `variants_directory`, default `directory`), each stored with the settings it ran under (an
     interrupted study resumes; a changed setting recomputes). Returns
     {"reference": {...}, "variants": {name: variant_study(...)}}."""
     os.makedirs(directory, exist_ok=True)
     key = dict(reference=reference, group=group, seed=seed, sft=settings(setup.run, SFT_SETTINGS))
+    if policy != "sft":  # `params` is not the SFT checkpoint's: say which policy (the SFT study's keys stay as they were)
+        key["policy"] = policy
     vector_path = os.path.join(directory, "reference.npy")
 
     def compute_reference():
@@ -172,14 +174,15 @@ def headline(result: dict) -> dict:
             "unseen_root_auc": result.get("unseen_root_auc")}
 
 
-def markdown(result: dict, run, compare, budget) -> str:
+def markdown(result: dict, run, compare, budget, policy: str = "sft") -> str:
     """mechanism.md: one row per variant, then how it was measured."""
     def num(x, fmt=".3f"):
         return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
     b, ref = budget, result["reference"]
     framing = "equal rollouts" if b.unit == "rollouts" else "equal measured tokens"
-    lines = [f"# Mechanism study (frozen SFT policy, no training, {framing})", "",
+    frozen = "SFT policy" if policy == "sft" else f"policy after {policy.removeprefix('rl')} GRPO steps"
+    lines = [f"# Mechanism study (frozen {frozen}, no training, {framing})", "",
              "| variant | gradient cosine (95% CI) | effective ratio | expanded-prefix mixed share | root m std "
              "| held-out anchor AUC (n) | rollouts / step | tokens generated / step | prefilled / step |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -86,14 +86,48 @@ def _generalization(workdir: str, study: dict) -> dict:
                                    for name, t in study["featurizers"].items()}}}
 
 
-def _mechanism(setup, params, base: dict, compare: grid.CompareSection, workdir: str, study: dict | None) -> dict:
+def _mid_rl_policy(base: dict, compare: grid.CompareSection, workdir: str, after_sft: dict):
+    """GRPO trained `compare.mechanism_rl_steps` steps from the shared SFT checkpoint (equal rollouts,
+    first seed; a finished run is read back, an interrupted one resumes): its params (None when a
+    signal interrupted it)."""
+    config = grid.run_config_dict(base, grid.Variant("grpo", {"allocator.name": "grpo"}), compare.seeds[0])
+    config["budget"].update(unit="rollouts", tokens=0)
+    config["rl"].update(steps=compare.mechanism_rl_steps, eval_every=0)
+    run = run_config.from_config_dict(config)
+    run_dir = _run_dir(workdir, "mechanism-policy-grpo", compare.seeds[0], run)
+    experiment.banner(f"mechanism policy: GRPO, {run.rl.steps} RL steps from the SFT checkpoint")
+    _link_shared(os.path.join(workdir, "shared"), run_dir)
+    summary_path = os.path.join(run_dir, "summary.json")
+    if not os.path.exists(summary_path):
+        summary = train.train_and_evaluate(run, run_dir, after_sft=after_sft)
+        jax.clear_caches()
+        if summary.get("interrupted"):
+            experiment.log("the mechanism policy's RL run was interrupted; run the same command again to resume")
+            return None
+        with open(summary_path, "w", encoding="utf-8") as f:
+            json.dump(summary, f)
+    _, params, step = train.restore_policy(run, run_dir)
+    experiment.log(f"mechanism policy: GRPO step {step} from {run_dir}")
+    return params
+
+
+def _mechanism(setup, params, base: dict, compare: grid.CompareSection, workdir: str, study: dict | None,
+               after_sft: dict) -> dict:
     """The frozen-policy mechanism study; writes mechanism{suffix}.json and .md, returns its headline."""
-    experiment.banner(f"mechanism study (frozen SFT policy, equal {compare.unit})")
     suffix = grid.suffix(compare)
+    policy = "sft"
+    if compare.mechanism_rl_steps:
+        params, policy = _mid_rl_policy(base, compare, workdir, after_sft), f"rl{compare.mechanism_rl_steps}"
+        if params is None:
+            return {"interrupted": True}
+        study = None  # the generalization study was measured on the SFT policy
+    tag = "" if policy == "sft" else f"_{policy}"
+    suffix += tag
+    experiment.banner(f"mechanism study (frozen {policy} policy, equal {compare.unit})")
     result = mechanism.study(setup, params, grid.mechanism_variants(base, compare), steps=compare.mechanism_steps,
                              reference=compare.mechanism_reference, group=compare.mechanism_group,
-                             seed=compare.seeds[0], directory=os.path.join(workdir, "shared", "mechanism"),
-                             variants_directory=os.path.join(workdir, "shared", f"mechanism{suffix}"))
+                             seed=compare.seeds[0], directory=os.path.join(workdir, "shared", f"mechanism{tag}"),
+                             variants_directory=os.path.join(workdir, "shared", f"mechanism{suffix}"), policy=policy)
     if study is not None:
         result["unseen_root_auc"] = {k: study["table"]["unseen prompts"]["roots"][k]["auc"]
                                      for k in ("predictor", "beta")}
@@ -104,7 +138,7 @@ def _mechanism(setup, params, base: dict, compare: grid.CompareSection, workdir:
             json.dump({"compare": dataclasses.asdict(compare), "task": setup.run.task.source,
                        "budget": dataclasses.asdict(budget), **result}, f, indent=1)
         with open(os.path.join(workdir, f"mechanism{suffix}.md"), "w", encoding="utf-8") as f:
-            f.write(mechanism.markdown(result, setup.run, compare, budget))
+            f.write(mechanism.markdown(result, setup.run, compare, budget, policy))
         experiment.log(f"wrote {os.path.join(workdir, f'mechanism{suffix}.md')}")
     return headline
 
@@ -165,7 +199,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         base = grid.framed(base, compare, _token_cap(setup, params, compare, shared))
         runs = grid.validate(base, compare)
     if compare.study == "mechanism":
-        return _mechanism(setup, params, base, compare, workdir, predictor_study)
+        return _mechanism(setup, params, base, compare, workdir, predictor_study, after_sft)
 
     records = []
     for i, (variant, seed, run) in enumerate(runs):
