@@ -48,3 +48,18 @@ def test_greedy_accuracy_and_pass_at_k_by_level(tiny_setup):
     assert {f"pass@2/level_{lv}" for lv in levels} <= set(sampled)
     assert all(0.0 <= v <= 1.0 for v in list(greedy.values()) + list(sampled.values()))
     assert np.isfinite(sampled["pass@2"])
+
+
+def test_per_task_outcomes_round_trip_and_mean_of_k(tiny_setup, tmp_path):
+    from trace_jax.evaluation import TaskOutcomes, mean_of_k, read_outcomes, task_outcomes, write_outcomes
+
+    tasks = tiny_setup.source.tasks("validation")[:5]
+    sampled = task_outcomes(tiny_setup.policy, tiny_setup.env, tasks, greedy=False, k=3, seed=7)
+    assert sampled.task_ids == tuple(t.id for t in tasks) and sampled.k == 3 and len(sampled.successes) == 5
+    # common random numbers: the same seed and task list draw the same samples in any run
+    assert task_outcomes(tiny_setup.policy, tiny_setup.env, tasks, greedy=False, k=3, seed=7) == sampled
+    path = str(tmp_path / "eval" / "step_3.json")
+    write_outcomes(path, {"sampled": sampled})
+    assert read_outcomes(path) == {"sampled": sampled}
+    fake = TaskOutcomes(task_ids=("a", "b", "c"), difficulty=(1, 1, 2), successes=(3, 0, 1), k=4)
+    assert mean_of_k(fake) == {"mean@4": pytest.approx(1 / 3), "mean@4/level_1": 0.375, "mean@4/level_2": 0.25}

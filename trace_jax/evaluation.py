@@ -1,8 +1,16 @@
-"""Held-out evaluation: greedy accuracy and sampled pass@k on a split, overall and per difficulty."""
+"""Held-out evaluation: greedy accuracy, sampled pass@k and mean-of-k on a split, overall and per
+difficulty, and the per-task outcomes behind them (what a paired comparison needs).
+
+Sampled evaluations draw row r's t-th token from `fold_in(fold_in(key(seed + chunk start), r), t)`:
+with the same `seed` and task list, every arm and every run sees the same random numbers per task
+(common random numbers), so paired differences carry no sampling noise the arms do not cause.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,23 +19,67 @@ from trace_jax.envs.protocol import Env, Task
 from trace_jax.rollout.agent_loop import Policy, RolloutEngine
 
 
-def evaluate_policy(policy: Policy, env: Env, tasks: Sequence[Task], *, k: int = 1, greedy: bool = True,
-                    seed: int = 0, batch: int = 64) -> dict[str, float]:
-    """Greedy: accuracy of one greedy rollout per task. Sampled: pass@k over k rollouts per task."""
+@dataclasses.dataclass(frozen=True)
+class TaskOutcomes:
+    """Per task: its id, difficulty and successes out of `k` rollouts (greedy: k = 1)."""
+
+    task_ids: tuple[str, ...]
+    difficulty: tuple[int, ...]
+    successes: tuple[int, ...]
+    k: int
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def task_outcomes(policy: Policy, env: Env, tasks: Sequence[Task], *, k: int = 1, greedy: bool = True,
+                  seed: int = 0, batch: int = 64) -> TaskOutcomes:
+    """k rollouts per task (one greedy rollout when `greedy`), successes counted per task."""
     if greedy:
         policy = dataclasses.replace(policy, sampling=dataclasses.replace(policy.sampling, temperature=0.0))
         k = 1
-    solved, levels = [], []
+    successes = []
     for begin in range(0, len(tasks), batch):
         chunk = list(tasks[begin:begin + batch])
         engine = RolloutEngine(policy, env, seed=seed + begin)
         trees = engine.roots(chunk)
         engine.expand(trees, [(i, 0, k) for i in range(len(trees))])
-        solved += [any(leaf.success for leaf in tree.leaves()) for tree in trees]
-        levels += [t.difficulty for t in chunk]
-    solved, levels = np.asarray(solved, float), np.asarray(levels)
-    name = "accuracy" if greedy else f"pass@{k}"
-    out = {name: float(solved.mean()) if len(solved) else 0.0}
+        successes += [sum(leaf.success for leaf in tree.leaves()) for tree in trees]
+    return TaskOutcomes(task_ids=tuple(t.id for t in tasks), difficulty=tuple(int(t.difficulty) for t in tasks),
+                        successes=tuple(int(s) for s in successes), k=k)
+
+
+def _summary(name: str, per_task: np.ndarray, levels: np.ndarray) -> dict[str, float]:
+    out = {name: float(per_task.mean()) if len(per_task) else 0.0}
     for level in np.unique(levels):
-        out[f"{name}/level_{int(level)}"] = float(solved[levels == level].mean())
+        out[f"{name}/level_{int(level)}"] = float(per_task[levels == level].mean())
     return out
+
+
+def evaluate_policy(policy: Policy, env: Env, tasks: Sequence[Task], *, k: int = 1, greedy: bool = True,
+                    seed: int = 0, batch: int = 64) -> dict[str, float]:
+    """Greedy: accuracy of one greedy rollout per task. Sampled: pass@k over k rollouts per task."""
+    o = task_outcomes(policy, env, tasks, k=k, greedy=greedy, seed=seed, batch=batch)
+    solved = np.asarray(o.successes, float) > 0
+    return _summary("accuracy" if greedy else f"pass@{o.k}", solved.astype(float), np.asarray(o.difficulty))
+
+
+def mean_of_k(outcomes: TaskOutcomes) -> dict[str, float]:
+    """Mean success over the k samples per task (an unbiased, lower-variance estimate of sampled success)."""
+    return _summary(f"mean@{outcomes.k}", np.asarray(outcomes.successes, float) / outcomes.k,
+                    np.asarray(outcomes.difficulty))
+
+
+def write_outcomes(path: str, outcomes: dict[str, TaskOutcomes]) -> None:
+    """One evaluation's per-task outcomes ({"greedy": ..., "sampled": ...}) as JSON, atomically."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({name: o.to_json() for name, o in outcomes.items()}, f)
+    os.replace(path + ".tmp", path)
+
+
+def read_outcomes(path: str) -> dict[str, TaskOutcomes]:
+    with open(path, encoding="utf-8") as f:
+        stored = json.load(f)
+    return {name: TaskOutcomes(**{k: tuple(v) if isinstance(v, list) else v for k, v in o.items()})
+            for name, o in stored.items()}

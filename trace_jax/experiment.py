@@ -18,7 +18,7 @@ from trace_jax.checkpointing import Checkpointer
 from trace_jax.envs import SOURCES, Limits
 from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.render import ChatRenderer, ReactRenderer
-from trace_jax.evaluation import evaluate_policy
+from trace_jax.evaluation import evaluate_policy, mean_of_k, task_outcomes, write_outcomes
 from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io, init_params
 from trace_jax.models.presets import get_preset
@@ -125,11 +125,25 @@ def eval_tasks(setup: Setup) -> list:
     return tasks[: setup.run.eval.num_tasks] if setup.run.eval.num_tasks else tasks
 
 
-def held_out(setup: Setup, params) -> dict[str, float]:
-    out = evaluate_policy(setup.policy(params), setup.env, eval_tasks(setup), greedy=True, seed=setup.run.seed)
-    if setup.run.eval.pass_k:
-        out.update(evaluate_policy(setup.policy(params), setup.env, eval_tasks(setup), greedy=False,
-                                   k=setup.run.eval.pass_k, seed=setup.run.seed))
+MEAN_OF_K_SEED = 20261203  # one seed for every run's mean-of-k: the same random numbers per task in every arm
+
+
+def held_out(setup: Setup, params, *, outcomes_path: str | None = None) -> dict[str, float]:
+    """Greedy accuracy on the eval tasks (+ pass@k and mean-of-k when configured); with `outcomes_path`,
+    the per-task outcomes behind them are written there (JSON, `evaluation.read_outcomes`)."""
+    run, policy, tasks = setup.run, setup.policy(params), eval_tasks(setup)
+    greedy = task_outcomes(policy, setup.env, tasks, greedy=True)
+    out = {k.replace("mean@1", "accuracy"): v for k, v in mean_of_k(greedy).items()}
+    outcomes = {"greedy": greedy}
+    if run.eval.pass_k:
+        out.update(evaluate_policy(policy, setup.env, tasks, greedy=False, k=run.eval.pass_k, seed=run.seed))
+    if run.eval.sample_k:
+        sampled = task_outcomes(policy, setup.env, tasks[: run.eval.sample_tasks], greedy=False, k=run.eval.sample_k,
+                                seed=MEAN_OF_K_SEED)
+        out.update(mean_of_k(sampled))
+        outcomes["sampled"] = sampled
+    if outcomes_path and jax.process_index() == 0:
+        write_outcomes(outcomes_path, outcomes)
     return out
 
 

@@ -113,11 +113,16 @@ class EvalSection:
       split: held-out split.
       num_tasks: tasks evaluated (0 = all).
       pass_k: k of the sampled pass@k (0 = greedy accuracy only).
+      sample_k: k of the sampled mean-of-k (mean success over k rollouts per task at rl.temperature,
+        the same random numbers per task in every run: common random numbers; 0 = off).
+      sample_tasks: the first this many evaluated tasks get the mean-of-k.
     """
 
     split: str = "test"
     num_tasks: int = 200
     pass_k: int = 0
+    sample_k: int = 0
+    sample_tasks: int = 250
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

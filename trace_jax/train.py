@@ -81,6 +81,11 @@ def _pool(tasks, position: int, size: int, seed: int):
     return out, position
 
 
+def _outcomes_path(workdir: str, step: int) -> str:
+    """Where the per-task outcomes of the evaluation at RL step `step` (0: after SFT) go."""
+    return os.path.join(workdir, "eval", f"step_{step}.json")
+
+
 def make_allocator(setup: Setup) -> allocation.Allocator:
     """The configured allocator; one that steers by a success predictor gets a fresh shared one."""
     run = setup.run
@@ -178,7 +183,7 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
         params = warm_start(setup, workdir, writer)
         if after_sft is None:
             banner("evaluate after SFT")
-            after_sft = held_out(setup, params)
+            after_sft = held_out(setup, params, outcomes_path=_outcomes_path(workdir, 0))
         log(f"held-out after SFT: {after_sft}")
         writer.write(0, after_sft, prefix="eval/")
         opt_state = optimizer.init(params)
@@ -210,7 +215,8 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
                 ckpt.save(step, {"params": params, "opt_state": opt_state, "allocator": allocator.state()},
                           saved.to_json())
             if run.rl.eval_every and step % run.rl.eval_every == 0 and not last:
-                writer.write(step, held_out(setup, params), prefix="eval/")
+                writer.write(step, held_out(setup, params, outcomes_path=_outcomes_path(workdir, step)),
+                             prefix="eval/")
             if stop.stop:
                 log("stopped by signal; resume by running the same command again")
                 return {"interrupted": True, "steps": step}
@@ -218,7 +224,7 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
         stop.restore()
 
     banner("evaluate after RL")
-    after_rl = held_out(setup, params)
+    after_rl = held_out(setup, params, outcomes_path=_outcomes_path(workdir, run.rl.steps))
     log(f"held-out after RL: {after_rl}")
     writer.write(run.rl.steps, after_rl, prefix="eval/")
     hf_io.save(os.path.join(workdir, "export"), setup.model_config, params)  # collective; process 0 writes

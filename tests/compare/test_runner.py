@@ -60,6 +60,12 @@ def test_report_and_headline(compared):
     # the two seeds of an allocator differ in their rollouts
     grpo = [r for r in results["runs"] if r["variant"] == "grpo"]
     assert grpo[0]["per_step"] != grpo[1]["per_step"] or grpo[0]["tokens_generated"] != grpo[1]["tokens_generated"]
+    # per-task outcomes of every run's final evaluation, paired with grpo's by seed and task
+    trace_vs_grpo = results["paired_vs_grpo"]["greedy"]["trace"]
+    assert trace_vs_grpo["seeds"] == 2 and trace_vs_grpo["eval_tasks"] == 8 and trace_vs_grpo["mdd"] >= 0
+    assert results["primary_endpoint"] == trace_vs_grpo
+    assert trace_vs_grpo["ci95"][0] <= trace_vs_grpo["diff"] <= trace_vs_grpo["ci95"][1]
+    assert os.path.exists(os.path.join(workdir, "shared", "eval", "step_0.json"))
     study = results["generalization"]["table"]
     assert set(study) == {"seen prompts", "unseen prompts"}
     assert study["unseen prompts"]["roots"]["beta"]["n"] == 4  # every unseen prompt scored against Beta(1, 1)

@@ -189,7 +189,8 @@ class SuccessPredictor:
     def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
         """Adds one step's targets to the replay buffer and trains `epochs` passes over it."""
         if len(x):
-            self.buffer.append((np.asarray(x, np.float32)[:, self.columns], y, w))
+            # C order, as a restored buffer is: column sums (the standardisation) then round alike after a resume
+            self.buffer.append((np.ascontiguousarray(np.asarray(x, np.float32)[:, self.columns]), y, w))
             self.buffer = self.buffer[-self.config.replay_steps:]
         if not self.buffer:
             return float("nan")

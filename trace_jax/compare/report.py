@@ -82,6 +82,25 @@ def aggregate(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
+def paired_vs(reference: str, outcomes: dict[str, dict[int, np.ndarray]], *, seed: int = 0) -> dict[str, dict]:
+    """Every variant minus `reference` on per-task outcomes paired by seed and task: {variant:
+    PairedDifference JSON} (`outcomes`: variant -> seed -> per-task success). Variants without outcomes
+    for every seed of the reference are left out."""
+    from trace_jax.compare.paired import paired_bootstrap
+
+    if reference not in outcomes:
+        return {}
+    seeds = sorted(outcomes[reference])
+    out = {}
+    for variant, by_seed in outcomes.items():
+        if variant == reference or sorted(by_seed) != seeds:
+            continue
+        a = np.stack([by_seed[s] for s in seeds])
+        b = np.stack([outcomes[reference][s] for s in seeds])
+        out[variant] = paired_bootstrap(a, b, seed=seed).to_json()
+    return out
+
+
 def headline(summary: dict[str, dict]) -> dict:
     """The command's last line: held-out accuracy (mean, ci95), effective ratio and tokens per variant."""
     return {"heldout_acc": {v: {"mean": s["final_accuracy"]["mean"], "ci95": s["final_accuracy"]["ci95"]}

@@ -18,11 +18,13 @@ import re
 import time
 
 import jax
+import numpy as np
 
 from trace_jax import experiment, run_config, train
 from trace_jax.allocation.predictor import FEATURIZERS
 from trace_jax.compare import audit, generalization, grid, mechanism, report
 from trace_jax.compare.store import cached
+from trace_jax.evaluation import read_outcomes
 from trace_jax.metrics import MetricWriter, read_metrics
 from trace_jax.records import read_steps
 
@@ -175,7 +177,8 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     sft_settings = run_config.settings(base_run, run_config.SFT_SETTINGS)
     after_sft = cached(os.path.join(shared, "after_sft.json"), dict(eval=dataclasses.asdict(base_run.eval),
                                                                       sft=sft_settings),
-                        lambda: experiment.held_out(setup, params))
+                        lambda: experiment.held_out(setup, params,
+                                                    outcomes_path=os.path.join(shared, "eval", "step_0.json")))
     experiment.log(f"held-out after SFT: {after_sft}")
     predictor_study = None
     if compare.generalization_steps:
@@ -201,7 +204,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     if compare.study == "mechanism":
         return _mechanism(setup, params, base, compare, workdir, predictor_study, after_sft)
 
-    records = []
+    records, outcomes = [], {"greedy": {}, "sampled": {}}
     for i, (variant, seed, run) in enumerate(runs):
         run_dir = _run_dir(workdir, variant.name, seed, run)
         experiment.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
@@ -226,8 +229,13 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         ledger = audit.audit(f"{variant.name} seed {seed}", run, steps)
         records.append(report.run_record(variant.name, seed, steps, read_metrics(run_dir), summary,
                                          after_sft["accuracy"], ledger))
+        final = os.path.join(run_dir, "eval", f"step_{run.rl.steps}.json")
+        if os.path.exists(final):  # runs from before per-task outcomes were kept have none
+            for kind, o in read_outcomes(final).items():
+                outcomes[kind].setdefault(variant.name, {})[seed] = np.asarray(o.successes, float) / o.k
 
     summary = report.aggregate(records)
+    paired = {kind: report.paired_vs("grpo", by_variant, seed=base_run.seed) for kind, by_variant in outcomes.items()}
     suffix = grid.suffix(compare)
     b = runs[0][2].budget
     setting = (f"Task {base_run.task.source} (max difficulty {base_run.task.max_difficulty}), model preset "
@@ -242,7 +250,9 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     if jax.process_index() == 0:
         with open(os.path.join(workdir, f"results{suffix}.json"), "w", encoding="utf-8") as f:
             json.dump({"setting": setting, "compare": dataclasses.asdict(compare), "after_sft": after_sft,
-                       "summary": summary, "runs": records, "generalization": predictor_study}, f, indent=1)
+                       "summary": summary, "runs": records, "generalization": predictor_study,
+                       "paired_vs_grpo": paired,
+                       "primary_endpoint": paired["greedy"].get("trace")}, f, indent=1)
         with open(os.path.join(workdir, f"results{suffix}.md"), "w", encoding="utf-8") as f:
             f.write(report.markdown(summary, title=title, after_sft=after_sft["accuracy"], setting=setting,
                                     generalization=predictor_study, reference=reference))
