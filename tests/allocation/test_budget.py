@@ -70,3 +70,8 @@ def test_every_allocator_spends_the_token_cap_in_measured_tokens(tiny_setup, nam
         assert drift <= TOKEN_TOLERANCE and (drift >= -TOKEN_TOLERANCE or name == "dapo"), (step, drift)
     assert planned[0] == TOKENS.rollouts and len(set(planned)) > 1  # the meter re-planned from measured cost
     assert alloc.host_state()["meter"]["steps"] == 5
+    resumed = allocation.make(name, TOKENS, seed=0, predictor=predictor)
+    resumed.load_host_state(json.loads(json.dumps(alloc.host_state())))
+    assert resumed.meter.state() == alloc.meter.state() and resumed.meter.rollouts() == alloc.meter.rollouts()
+    with pytest.raises(ValueError, match="no token meter state"):
+        resumed.load_host_state({"rng": alloc.rng.bit_generator.state})
