@@ -66,7 +66,8 @@ class CompareSection:
       mechanism_holdout: random anchors per step held out from TRACE's choice to score its predictor.
       mechanism_rl_steps: 0 freezes the shared SFT policy for the mechanism study; N > 0 first trains
         GRPO for N steps from it (first seed, equal rollouts; stored and resumed like any run) and
-        freezes that mid-RL policy (reports mechanism*_rlN.*).
+        freezes that mid-RL policy (reports mechanism*_rlN.*; at equal tokens the cap is still the one
+        measured on the SFT policy).
       mechanism_advantage: the estimator every mechanism variant's gradient is computed with (unless the
         variant sets its own), so the cosines differ by allocation alone; "" = each allocator's own.
       unit: the framing of equal cost. "rollouts": every run spends budget.rollouts rollouts per step;
