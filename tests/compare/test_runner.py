@@ -5,6 +5,7 @@ import glob
 import json
 import os
 
+import numpy as np
 import pytest
 
 from configs import compare_multihop
@@ -133,6 +134,9 @@ def test_the_mechanism_study_measures_every_variant_and_resumes(compared, monkey
     assert trace["ledger"]["rollouts_started"] == 3 * 8 and trace["root_m_std"] is not None
     assert trace["holdout_anchors"] <= 3 and result["variants"]["grpo"]["root_m_std"] is None
     assert "unseen_root_auc" in result and "| trace posterior |" in open(os.path.join(workdir, "mechanism.md")).read()
+    paired = result["paired_vs_grpo"]["trace"]  # per-step differences on the same pools and seeds
+    steps = zip(trace["cosine_per_step"], result["variants"]["grpo"]["cosine_per_step"])
+    assert paired["mean"] == pytest.approx(np.mean([t - g for t, g in steps]))
 
     from trace_jax.compare import mechanism
     monkeypatch.setattr(mechanism, "variant_study", lambda *a, **k: pytest.fail("recomputed a stored variant"))

@@ -157,11 +157,30 @@ def study(setup, params, variants, *, steps: int, reference: int, group: int, se
         log(f"mechanism study: {name}")
         path = os.path.join(variants_directory or directory, re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name).strip("_") + ".json")
         out[name] = cached(path, dict(key, steps=steps, run=settings(run)),
-                           lambda run=run: variant_study(setup, run, params, direction, steps=steps, seed=seed))
+                           lambda run=run: variant_study(setup, run, params, direction, steps=steps, seed=seed),
+                           relevant=_study_settings)
         log(f"  gradient cosine {out[name]['gradient_cosine']['mean']:.3f}, effective ratio "
             f"{out[name]['effective_ratio']:.3f}, tokens/step {out[name]['tokens_generated_per_step']:.0f}, "
             f"rollouts planned/step {out[name].get('rollouts_planned_per_step', 0):.1f}")
-    return {"reference": ref, "variants": out}
+    return {"reference": ref, "variants": out, "paired_vs_grpo": paired_vs_grpo(out)}
+
+
+# Settings a frozen-policy study does not depend on: evaluation, checkpoints, mesh, the RL schedule.
+_NOT_STUDIED = ("eval.", "checkpoint.", "mesh.", "rl.steps", "rl.eval_every")
+
+
+def _study_settings(key: dict) -> dict:
+    return {**key, "run": {k: v for k, v in key["run"].items() if not k.startswith(_NOT_STUDIED)}}
+
+
+def paired_vs_grpo(variants: dict) -> dict:
+    """Each variant's per-step cosine minus grpo's on the same step (same pools and rollout seeds):
+    {variant: {mean, ci95}} (Student t over the steps); empty without a grpo variant."""
+    if "grpo" not in variants:
+        return {}
+    reference = np.asarray(variants["grpo"]["cosine_per_step"])
+    return {name: _interval((np.asarray(v["cosine_per_step"]) - reference).tolist())
+            for name, v in variants.items() if name != "grpo" and len(v["cosine_per_step"]) == len(reference)}
 
 
 def headline(result: dict) -> dict:
@@ -171,7 +190,7 @@ def headline(result: dict) -> dict:
             "effective_ratio": {n: round(v["effective_ratio"], 4) for n, v in variants.items()},
             "tokens_generated_per_step": {n: round(v["tokens_generated_per_step"], 1) for n, v in variants.items()},
             "rollouts_per_step": {n: round(v["ledger"]["rollouts_started"] / v["steps"], 2) for n, v in variants.items()},
-            "unseen_root_auc": result.get("unseen_root_auc")}
+            "paired_vs_grpo": result.get("paired_vs_grpo"), "unseen_root_auc": result.get("unseen_root_auc")}
 
 
 def markdown(result: dict, run, compare, budget, policy: str = "sft") -> str:
@@ -183,12 +202,16 @@ def markdown(result: dict, run, compare, budget, policy: str = "sft") -> str:
     framing = "equal rollouts" if b.unit == "rollouts" else "equal measured tokens"
     frozen = "SFT policy" if policy == "sft" else f"policy after {policy.removeprefix('rl')} GRPO steps"
     lines = [f"# Mechanism study (frozen {frozen}, no training, {framing})", "",
-             "| variant | gradient cosine (95% CI) | effective ratio | expanded-prefix mixed share | root m std "
-             "| held-out anchor AUC (n) | rollouts / step | tokens generated / step | prefilled / step |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| variant | gradient cosine (95% CI) | minus grpo's, paired (95% CI) | effective ratio "
+             "| expanded-prefix mixed share | root m std | held-out anchor AUC (n) | rollouts / step "
+             "| tokens generated / step | prefilled / step |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    paired = result.get("paired_vs_grpo") or {}
     for name, v in result["variants"].items():
         cos, steps = v["gradient_cosine"], v["steps"]
-        lines.append(f"| {name} | {cos['mean']:.3f} [{cos['ci95'][0]:.3f}, {cos['ci95'][1]:.3f}] "
+        p = paired.get(name)
+        vs = "" if p is None else f"{p['mean']:+.3f} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]"
+        lines.append(f"| {name} | {cos['mean']:.3f} [{cos['ci95'][0]:.3f}, {cos['ci95'][1]:.3f}] | {vs} "
                      f"| {v['effective_ratio']:.3f} | {v['expanded_mixed_share']:.3f} | {num(v['root_m_std'], '.2f')} "
                      f"| {num(v['in_loop_auc'])} ({v['holdout_anchors']}) "
                      f"| {v['ledger']['rollouts_started'] / steps:.1f} | {v['tokens_generated_per_step']:.0f} "

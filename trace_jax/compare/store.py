@@ -10,14 +10,15 @@ import os
 import jax
 
 
-def cached(path: str, key: dict, compute):
+def cached(path: str, key: dict, compute, relevant=lambda key: key):
     """`compute()`, stored at `path` with the settings `key` it ran under; a stored value computed
-    under other settings (say a `:runlocal` evaluation, in the full comparison's workdir) is redone."""
+    under other settings (say a `:runlocal` evaluation, in the full comparison's workdir) is redone.
+    `relevant(key)`: the part of a key the value depends on (what two keys are compared by)."""
     key = json.loads(json.dumps(key))  # compared as stored: tuples come back as lists
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             stored = json.load(f)
-        if stored.get("key") == key:
+        if "key" in stored and relevant(stored["key"]) == relevant(key):
             return stored["value"]
     value = compute()
     if jax.process_index() == 0:
