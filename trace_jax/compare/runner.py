@@ -162,8 +162,11 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     # every run's config, before any compute (the tokens framing's measured cap is a placeholder here)
     runs = grid.validate(grid.framed(base, compare, compare.tokens or 1), compare)
     base_run = run_config.from_config_dict(base)
-    experiment.log(f"{len(runs)} runs: {len(grid.variants(compare))} variants x seeds {list(compare.seeds)}, "
-              f"{base_run.rl.steps} steps each at budget {base_run.budget}")
+    if compare.study:
+        experiment.log(f"{compare.study} study (no training) on the shared SFT checkpoint, budget {base_run.budget}")
+    else:
+        experiment.log(f"{len(runs)} runs: {len(grid.variants(compare))} variants x seeds {list(compare.seeds)}, "
+                       f"{base_run.rl.steps} steps each at budget {base_run.budget}")
 
     shared = os.path.join(workdir, "shared")
     if not jax.config.jax_compilation_cache_dir:
