@@ -59,9 +59,13 @@ def _summary(name: str, per_task: np.ndarray, levels: np.ndarray) -> dict[str, f
 def evaluate_policy(policy: Policy, env: Env, tasks: Sequence[Task], *, k: int = 1, greedy: bool = True,
                     seed: int = 0, batch: int = 64) -> dict[str, float]:
     """Greedy: accuracy of one greedy rollout per task. Sampled: pass@k over k rollouts per task."""
-    o = task_outcomes(policy, env, tasks, k=k, greedy=greedy, seed=seed, batch=batch)
-    solved = np.asarray(o.successes, float) > 0
-    return _summary("accuracy" if greedy else f"pass@{o.k}", solved.astype(float), np.asarray(o.difficulty))
+    outcomes = task_outcomes(policy, env, tasks, k=k, greedy=greedy, seed=seed, batch=batch)
+    return accuracy(outcomes, "accuracy" if greedy else f"pass@{outcomes.k}")
+
+
+def accuracy(outcomes: TaskOutcomes, name: str = "accuracy") -> dict[str, float]:
+    """Share of tasks with at least one success (greedy: accuracy; sampled: pass@k), overall and by level."""
+    return _summary(name, (np.asarray(outcomes.successes) > 0).astype(float), np.asarray(outcomes.difficulty))
 
 
 def mean_of_k(outcomes: TaskOutcomes) -> dict[str, float]:

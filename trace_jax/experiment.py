@@ -18,7 +18,7 @@ from trace_jax.checkpointing import Checkpointer
 from trace_jax.envs import SOURCES, Limits
 from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.render import ChatRenderer, ReactRenderer
-from trace_jax.evaluation import evaluate_policy, mean_of_k, task_outcomes, write_outcomes
+from trace_jax.evaluation import accuracy, evaluate_policy, mean_of_k, task_outcomes, write_outcomes
 from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io, init_params
 from trace_jax.models.presets import get_preset
@@ -133,7 +133,7 @@ def held_out(setup: Setup, params, *, outcomes_path: str | None = None) -> dict[
     the per-task outcomes behind them are written there (JSON, `evaluation.read_outcomes`)."""
     run, policy, tasks = setup.run, setup.policy(params), eval_tasks(setup)
     greedy = task_outcomes(policy, setup.env, tasks, greedy=True)
-    out = {k.replace("mean@1", "accuracy"): v for k, v in mean_of_k(greedy).items()}
+    out = accuracy(greedy)
     outcomes = {"greedy": greedy}
     if run.eval.pass_k:
         out.update(evaluate_policy(policy, setup.env, tasks, greedy=False, k=run.eval.pass_k, seed=run.seed))

@@ -52,7 +52,7 @@ def _score(engine, tasks, predictors, posterior, rng, max_prefixes):
 
 def study(setup, params, *, steps: int, prompts: int, seed: int) -> dict:
     """Returns {"table": {group: {level: {"predictor": calib, "beta": calib}}}, "pairs": raw triples,
-    "featurizers": {featurizer: {group: {level: calib}}}} (the configured predictor is "predictor")."""
+    "featurizers": {featurizer: {group: {level: calib}}}} ("predictor": the configured featurizer's)."""
     run = setup.run
     budget = run.budget
     policy = setup.policy(params)
@@ -63,9 +63,10 @@ def study(setup, params, *, steps: int, prompts: int, seed: int) -> dict:
     unseen = setup.source.tasks("validation")
     unseen = [unseen[i] for i in rng.permutation(len(unseen))[:prompts]]
     width = feature_width(setup.model_config.hidden_size)
-    predictors = {"predictor": SuccessPredictor(width, run.predictor, seed=seed)}
-    predictors.update({name: SuccessPredictor(width, dataclasses.replace(run.predictor, features=name), seed=seed)
-                       for name in FEATURIZERS})
+    # one predictor per featurizer; the configured one is the entry of its own featurizer
+    predictors = {name: SuccessPredictor(width, dataclasses.replace(run.predictor, features=name), seed=seed)
+                  for name in FEATURIZERS}
+    configured = run.predictor.features
     collector = make("treepo", budget, seed=seed)
     posterior: dict[int, tuple[float, float]] = {}  # key -> (successes + 1, leaves + 2): Beta(1, 1) prior
     for step in range(steps):
@@ -86,11 +87,11 @@ def study(setup, params, *, steps: int, prompts: int, seed: int) -> dict:
         for featurizer in FEATURIZERS:
             ablation[featurizer][name] = {}
         for level, (pred, beta, out) in (("roots", roots), ("prefixes", prefixes)):
-            table[name][level] = {"predictor": dataclasses.asdict(calibration(pred["predictor"], out)),
+            table[name][level] = {"predictor": dataclasses.asdict(calibration(pred[configured], out)),
                                   "beta": dataclasses.asdict(calibration(beta, out))}
-            pairs[name][level] = {"predictor": pred["predictor"].tolist(), "beta": beta.tolist(),
+            pairs[name][level] = {"predictor": pred[configured].tolist(), "beta": beta.tolist(),
                                   "outcome": out.tolist()}
             for featurizer in FEATURIZERS:
                 ablation[featurizer][name][level] = dataclasses.asdict(calibration(pred[featurizer], out))
     return {"table": table, "pairs": pairs, "featurizers": ablation, "train_steps": steps,
-            "train_prompts": len(seen), "configured_features": run.predictor.features}
+            "train_prompts": len(seen), "configured_features": configured}
