@@ -70,6 +70,8 @@ class StepRecord:
       predictor_loss: the predictor's training loss this step (trace).
       kappa: the posterior prefix chooser's prior strength after this step (trace, fitted or configured).
       rollout_budget: the M the step was planned with (budget.rollouts; with unit="tokens" the meter's M_s).
+      tool_errors: error observations by kind (`envs.protocol.ERROR_KINDS`: malformed actions, tools'
+        own errors, tool crashes caught at the environment boundary).
     """
 
     step: int
@@ -85,6 +87,7 @@ class StepRecord:
     predictor_loss: float | None = None
     kappa: float | None = None
     rollout_budget: int | None = None
+    tool_errors: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def root_m_std(self) -> float | None:
@@ -165,7 +168,10 @@ def read_steps(workdir: str) -> list[StepRecord]:
     by_step: dict[int, StepRecord] = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
-            if line.strip():
-                record = StepRecord.from_json(json.loads(line))
-                by_step[record.step] = record
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # blank, or the last line cut short by a kill
+                continue
+            record = StepRecord.from_json(row)
+            by_step[record.step] = record
     return [by_step[s] for s in sorted(by_step)]

@@ -5,6 +5,11 @@ generated text of a turn, parses an action from it (a malformed action becomes a
 observation, never an exception), runs the tool and returns the observation; the episode
 ends with a final answer, or at the turn/token limit with reward 0. Renderers turn this into
 token ids (`trace_jax.envs.render`).
+
+`Episode.step` is total: whatever the model wrote, it returns a StepResult. Tools return their
+own errors as text; anything a tool or scorer still raises is caught here as a last resort,
+logged once per (environment, tool, exception type) with the task id, and becomes an error
+observation (or reward 0). `StepResult.info["error"]` names the kind (ERROR_KINDS).
 """
 
 from __future__ import annotations
@@ -12,10 +17,25 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
+import logging
 from typing import Any
 
 from trace_jax.envs.react import Action, ParseError, parse_action
 from trace_jax.envs.splits import check_split
+
+# info["error"] of a StepResult: the parser's kinds, a tool's own error message, and the last resorts.
+ERROR_KINDS = ("empty", "no_action", "format", "unknown_tool", "too_long", "tool_error", "tool_crash", "score_crash")
+_logger = logging.getLogger(__name__)
+_reported: set[tuple[str, str, str]] = set()
+
+
+def _report_crash(env: str, where: str, task_id: str, error: BaseException) -> None:
+    key = (env, where, type(error).__name__)
+    if key not in _reported:  # once per kind of failure: a broken tool must not flood the log
+        _reported.add(key)
+        _logger.warning("%s env: %s raised %s on task %s (turned into an error observation; later ones "
+                        "of this kind are not logged): %s", env, where, type(error).__name__, task_id, error,
+                        exc_info=error)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +149,11 @@ class Episode:
         limits = self.env.limits
         parsed = parse_action(text, self.env.tools)
         if isinstance(parsed, Action) and parsed.tool == "finish":
-            reward, info = self.env.score(self.task, parsed.argument, self)
+            try:
+                reward, info = self.env.score(self.task, parsed.argument, self)
+            except Exception as e:  # the last resort (a checker bug or bad gold data): reward 0, logged
+                _report_crash(self.env.name, "score", self.task.id, e)
+                reward, info = 0.0, {"error": "score_crash"}
             return self._end(text, reward, {**info, "action": parsed, "answer": parsed.argument})
         if self.turns >= limits.max_turns or self.tokens >= limits.max_tokens:
             which = "turn" if self.turns >= limits.max_turns else "token"
@@ -138,11 +162,25 @@ class Episode:
             observation, info = f"Error: {parsed.message}", {"error": parsed.kind}
         else:
             self.tool_calls += 1
-            observation, info = self.env.run_tool(self.task, parsed, self), {"action": parsed}
+            observation, info = self._run_tool(parsed)
         if len(observation) > limits.max_observation_chars:
             observation = observation[: limits.max_observation_chars] + " ...(truncated)"
         self.history.append((text, observation))
         return StepResult(observation=observation, done=False, info=info)
+
+    def _run_tool(self, action: Action) -> tuple[str, dict[str, Any]]:
+        try:
+            observation = self.env.run_tool(self.task, action, self)
+            if not isinstance(observation, str):
+                raise TypeError(f"run_tool returned {type(observation).__name__}, not text")
+        except Exception as e:  # the last resort: one bad input must not end the run
+            _report_crash(self.env.name, f"tool {action.tool!r}", self.task.id, e)
+            return (f"Error: the {action.tool} tool failed on this input ({type(e).__name__})",
+                    {"action": action, "error": "tool_crash"})
+        info = {"action": action}
+        if observation.startswith("Error:"):
+            info["error"] = "tool_error"
+        return observation, info
 
     def _end(self, text: str, reward: float, info: dict[str, Any]) -> StepResult:
         self.done = True

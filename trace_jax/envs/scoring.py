@@ -7,7 +7,9 @@ import re
 import string
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+# A number as people and our tools write it: signs, thousands separators ("1,234,567.5"), leading or
+# trailing dots (".5", "42."), exponents ("2.5e-07", "1e+16"); units or currency around it are ignored.
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def normalize(text: str) -> str:
@@ -34,9 +36,9 @@ def f1(prediction: str, answers) -> float:
 
 
 def parse_number(text: str) -> float | None:
-    """The last number in a text ("$1,234.50" -> 1234.5), or None."""
-    found = _NUMBER.findall(str(text).replace(",", ""))
-    return float(found[-1]) if found else None
+    """The last number in a text ("$1,234.50" -> 1234.5, "2.5e-07" -> 2.5e-07, "12 km" -> 12), or None."""
+    found = _NUMBER.findall(str(text))
+    return float(found[-1].replace(",", "")) if found else None
 
 
 def numeric_match(prediction: str, answers, tolerance: float = 1e-6) -> float:

@@ -6,11 +6,12 @@ turns), step the environments (the whole batch's parsing and tool calls on the h
 nodes in the trees), extend (one chunked prefill of the observations); until every branch is
 terminal. Trees hold data only; where each anchor's prefix lives (`PrefixRef`) and its forkable
 episode are the engine's table. Every token generated or prefilled and every tool call goes into
-the step's `Ledger`.
+the step's `Ledger`; every error observation (malformed action, tool error) into `tool_errors`.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Sequence
 
@@ -80,6 +81,7 @@ class RolloutEngine:
         self.policy = dataclasses.replace(policy, sampling=turn_sampling(policy.sampling, policy.renderer))
         self.env, self.seed = env, seed
         self.ledger = Ledger()
+        self.tool_errors: collections.Counter[str] = collections.Counter()  # error observations by kind
         self._states: dict[int, SamplerState] = {}
         self._anchors: dict[RolloutTree, dict[int, _AnchorHandle]] = {}  # tree -> node id -> handle
         self._uid = 0
@@ -171,6 +173,8 @@ class RolloutEngine:
             tree = trees[branch.tree]
             result = branch.episode.step(p.renderer.decode_turn(tokens), num_tokens=n)
             self.ledger.tokens_generated += n
+            if "error" in result.info:
+                self.tool_errors[result.info["error"]] += 1
             node = tree.add(branch.node, tokens=tokens, logprobs=gen.logprobs[i, :n].tolist(),
                             entropy=gen.entropy[i, :n].tolist(), tool_calls=branch.episode.tool_calls,
                             origin=branch.origin)

@@ -36,14 +36,17 @@ def _check_size(value):
 
 
 def _power(base, exponent):
+    """base ** exponent, refused when |result| would exceed MAX_MAGNITUDE: the check is in log space,
+    log10|result| = exponent * log10|base|, so it respects the exponent's sign (2**-200 is tiny and
+    allowed; 0.001**-200 is 1e600 and refused)."""
     if abs(exponent) > MAX_EXPONENT:
         raise CalculatorError(f"exponent {exponent} is larger than {MAX_EXPONENT}")
-    if base != 0 and abs(exponent) * math.log10(max(abs(base), 1e-300)) > math.log10(MAX_MAGNITUDE):
-        raise CalculatorError(f"power too large (magnitude over {MAX_MAGNITUDE:g})")
     if base == 0 and exponent < 0:
         raise CalculatorError("zero to a negative power")
     if base < 0 and isinstance(exponent, float) and not exponent.is_integer():
         raise CalculatorError("fractional power of a negative number")
+    if base != 0 and exponent * math.log10(abs(base)) > math.log10(MAX_MAGNITUDE):
+        raise CalculatorError(f"power too large (magnitude over {MAX_MAGNITUDE:g})")
     return base ** exponent
 
 
@@ -92,7 +95,10 @@ def evaluate(expression: str) -> int | float:
         raise CalculatorError(f"cannot parse {text[:60]!r}: {getattr(e, 'msg', e)}") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise CalculatorError(f"expression has more than {MAX_NODES} parts")
-    return _eval(tree)
+    try:
+        return _eval(tree)
+    except ArithmeticError as e:  # a last resort: the checks above should leave nothing to overflow
+        raise CalculatorError(f"arithmetic error: {e}") from None
 
 
 def format_number(value: int | float) -> str:

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAX_CALL_CHARS = 2000
+MAX_NESTING = 16  # brackets inside a call (json and ast recurse per level; deep text must not reach them)
+MAX_NUMBER = 1e15  # |numeric argument|: larger ones are refused, not converted (ints of any size parse)
 _TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict}
 
 
@@ -40,6 +42,8 @@ def parse_call(text: str) -> Call:
         raise CallError("empty call")
     if len(text) > MAX_CALL_CHARS:
         raise CallError(f"call longer than {MAX_CALL_CHARS} characters")
+    if _nesting(text) > MAX_NESTING:
+        raise CallError(f"call nested deeper than {MAX_NESTING} brackets")
     if text.startswith("{"):
         try:
             obj = json.loads(text)
@@ -49,9 +53,11 @@ def parse_call(text: str) -> Call:
             raise CallError('JSON call needs {"name": "...", "arguments": {...}}')
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):
+            if _nesting(args) > MAX_NESTING:
+                raise CallError(f"arguments nested deeper than {MAX_NESTING} brackets")
             try:
                 args = json.loads(args)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise CallError("arguments must be a JSON object") from None
         if not isinstance(args, dict):
             raise CallError("arguments must be a JSON object")
@@ -76,6 +82,18 @@ def parse_call(text: str) -> Call:
     return Call(name, args)
 
 
+def _nesting(text: str) -> int:
+    """The deepest bracket nesting of a text (strings included: an upper bound is what is needed)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
 def check_call(call: Call, docs: Sequence[Mapping[str, Any]]) -> None:
     """Raises CallError unless the call names a documented function with valid arguments."""
     by_name = {d["name"]: d for d in docs}
@@ -95,6 +113,9 @@ def check_call(call: Call, docs: Sequence[Mapping[str, Any]]) -> None:
             raise CallError(f"{call.name}: argument {key!r} must be of type {spec.get('type')}")
         if "enum" in spec and value not in spec["enum"]:
             raise CallError(f"{call.name}: argument {key!r} must be one of {spec['enum']}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) <= MAX_NUMBER:
+            raise CallError(f"{call.name}: argument {key!r} must be a finite number of magnitude at most "
+                            f"{MAX_NUMBER:g}")
 
 
 def _normalize(value):
