@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any
 
@@ -101,10 +102,6 @@ class RLSection:
     max_new_tokens: int = 40
     eval_every: int = 0
     train_prompts: int = 0
-
-    def __post_init__(self):
-        if self.train_prompts < 0:
-            raise ValueError(f"rl.train_prompts must be >= 0, got {self.train_prompts}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -207,17 +204,90 @@ def from_config_dict(config) -> RunConfig:
                 sections[name] = cls(**given)
         except (RegistryError, ValueError, TypeError) as e:
             raise ConfigError(f"config section '{name}': {e}") from None
-    run = RunConfig(seed=int(raw.get("seed", 0)), **sections)
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"config field 'seed'={seed!r} must be an integer >= 0")
+    run = RunConfig(seed=seed, **sections)
+    _check_fields(run)
     _check_consistency(run)
     return run
 
 
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """An interval a numeric config field must lie in."""
+
+    low: float = float("-inf")
+    high: float = float("inf")
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value) -> bool:
+        return ((value > self.low if self.low_open else value >= self.low)
+                and (value < self.high if self.high_open else value <= self.high))
+
+    def __str__(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+_AT_LEAST_0, _AT_LEAST_1 = Range(0), Range(1)
+_POSITIVE = Range(0, low_open=True)
+_PROBABILITY = Range(0, 1)
+
+# Every numeric field of the plain sections and of the registry sections' base configs (entries'
+# own options are checked by their config classes). A field not listed here has no range.
+FIELD_RANGES: dict[str, Range] = {
+    "task.seed": _AT_LEAST_0, "task.num_questions": _AT_LEAST_1, "task.max_difficulty": _AT_LEAST_0,
+    "task.max_tokens": _AT_LEAST_1, "task.search_top_k": _AT_LEAST_1, "task.search_words": _AT_LEAST_1,
+    "sft.steps": _AT_LEAST_0, "sft.batch_size": _AT_LEAST_1, "sft.learning_rate": _POSITIVE,
+    "sft.num_demos": _AT_LEAST_1, "sft.mistake_rate": _PROBABILITY, "sft.max_len": Range(2),
+    "rl.steps": _AT_LEAST_0, "rl.temperature": _POSITIVE, "rl.top_p": Range(0, 1, low_open=True),
+    "rl.max_new_tokens": _AT_LEAST_1, "rl.eval_every": _AT_LEAST_0, "rl.train_prompts": _AT_LEAST_0,
+    "learner.learning_rate": _POSITIVE, "learner.weight_decay": _AT_LEAST_0, "learner.max_grad_norm": _POSITIVE,
+    "learner.micro_batch": _AT_LEAST_1,
+    "budget.rollouts": _AT_LEAST_1, "budget.prompts": _AT_LEAST_1, "budget.candidates": _AT_LEAST_1,
+    "budget.m_min": _AT_LEAST_1, "budget.m_max": _AT_LEAST_1, "budget.rounds": _AT_LEAST_0,
+    "budget.branch_k": _AT_LEAST_1,
+    "predictor.width": _AT_LEAST_1, "predictor.learning_rate": _POSITIVE, "predictor.epochs": _AT_LEAST_1,
+    "predictor.replay_steps": _AT_LEAST_1, "predictor.weight_cap": _POSITIVE,
+    "advantage.lambda_local": _AT_LEAST_0, "advantage.eps": _POSITIVE,
+    "loss.clip_low": Range(0, 1, high_open=True), "loss.clip_high": _AT_LEAST_0, "loss.kl_coef": _AT_LEAST_0,
+    "eval.num_tasks": _AT_LEAST_0, "eval.pass_k": _AT_LEAST_0, "eval.sample_k": _AT_LEAST_0,
+    "eval.sample_tasks": _AT_LEAST_0,
+    "checkpoint.every": _AT_LEAST_1, "checkpoint.keep": _AT_LEAST_1,
+    "mesh.data": _AT_LEAST_1, "mesh.fsdp": _AT_LEAST_1, "mesh.tensor": _AT_LEAST_1,
+}
+_SCALAR_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def _check_fields(run: RunConfig) -> None:
+    """Types (from each field's annotation) and ranges (FIELD_RANGES) of every field, named in the error."""
+    for name in _SECTIONS:
+        section = getattr(run, name)
+        for field in dataclasses.fields(section):
+            key, value = f"{name}.{field.name}", getattr(section, field.name)
+            kinds = _SCALAR_TYPES.get(str(field.type))
+            if kinds and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
+                raise ConfigError(f"config field '{key}'={value!r} must be of type {field.type}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"config field '{key}'={value!r} must be a finite number")
+            allowed = FIELD_RANGES.get(key)
+            if allowed is not None and value not in allowed:
+                raise ConfigError(f"config field '{key}'={value!r} is out of range: allowed {allowed}")
+    if run.budget.m_min > run.budget.m_max:
+        raise ConfigError(f"config fields 'budget.m_min'={run.budget.m_min} and 'budget.m_max'={run.budget.m_max} "
+                          "conflict: m_min must be <= m_max")
+    if run.budget.prompts > run.budget.candidates:
+        raise ConfigError(f"config fields 'budget.prompts'={run.budget.prompts} and 'budget.candidates'="
+                          f"{run.budget.candidates} conflict: prompts are chosen among the candidates")
+
+
 def _check_consistency(run: RunConfig) -> None:
+    if run.model.preset not in PRESETS and not run.model.checkpoint:
+        raise ConfigError(f"config field 'model.preset': unknown preset {run.model.preset!r}; known {sorted(PRESETS)}")
     if not run.model.checkpoint and run.model.preset not in ("tiny", "mini", "small"):
         raise ConfigError(f"config field 'model.checkpoint' is empty: preset {run.model.preset!r} is a real model "
                           "shape and needs local weights (random init is only for tiny/mini/small)")
-    if run.model.preset not in PRESETS and not run.model.checkpoint:
-        raise ConfigError(f"config field 'model.preset': unknown preset {run.model.preset!r}; known {sorted(PRESETS)}")
     for field, path in (("model.checkpoint", run.model.checkpoint), ("model.tokenizer", run.model.tokenizer),
                         ("sft.data_path", run.sft.data_path)):
         if path and not os.path.exists(path):

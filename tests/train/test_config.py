@@ -38,6 +38,24 @@ def _updated(update):
     ({"allocator.stages": "roots"}, "allocator.stages"),
     ({"loss.aggregation": "bogus"}, "loss.aggregation"),
     ({"task.max_turns": 300}, "task.max_turns"),
+    # the silent or late failures found by probing (issue 21), now refused before compute
+    ({"checkpoint.every": 0}, "checkpoint.every"),
+    ({"checkpoint.keep": 0}, "checkpoint.keep"),
+    ({"budget.prompts": 0}, "budget.prompts"),
+    ({"learner.micro_batch": 0}, "learner.micro_batch"),
+    ({"rl.temperature": 0.0, "loss.temperature": 0.0}, "temperature"),
+    ({"rl.steps": -1}, "rl.steps"),
+    ({"mesh.fsdp": 0}, "mesh.fsdp"),
+    ({"eval.num_tasks": -1}, "eval.num_tasks"),
+    ({"sft.batch_size": 0}, "sft.batch_size"),
+    ({"task.num_questions": 0}, "task.num_questions"),
+    ({"rl.top_p": 1.5}, "rl.top_p"),
+    ({"rl.steps": 2.5}, "rl.steps"),
+    ({"rl.steps": "80"}, "rl.steps"),
+    ({"learner.learning_rate": float("nan")}, "learner.learning_rate"),
+    ({"budget.m_min": 9, "budget.m_max": 4}, "budget.m_min"),
+    ({"budget.prompts": 40}, "budget.prompts"),
+    ({"model.preset": "gigantic"}, "unknown preset"),
     ({"predictor.features": "tokens"}, "predictor"),
 ])
 def test_bad_fields_are_named(update, culprit):
@@ -124,3 +142,12 @@ def test_settings_differences_are_named_and_resumable_fields_ignored():
     run_config.require_same_settings("ckpt", None, now)  # made before settings were recorded
     assert run_config.settings(run, run_config.SFT_SETTINGS).keys() == {
         k for k in stored if k.split(".")[0] in ("model", "task", "sft")}
+
+
+def test_range_errors_state_the_allowed_range():
+    with pytest.raises(ConfigError, match=r"'checkpoint\.keep'=0 is out of range: allowed \[1, inf\]"):
+        from_config_dict(_updated({"checkpoint.keep": 0}))
+    with pytest.raises(ConfigError, match=r"'rl\.top_p'=0\.0 is out of range: allowed \(0, 1\]"):
+        from_config_dict(_updated({"rl.top_p": 0.0}))
+    with pytest.raises(ConfigError, match="'seed'"):
+        from_config_dict({**quickstart.get_config().to_dict(), "seed": -3})
