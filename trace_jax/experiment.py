@@ -1,6 +1,6 @@
 """What every entry point builds on: a validated config turned into a `Setup` (model, tokenizer,
 task source, env, sampling), the supervised warm start (`warm_start`, restored when its checkpoint
-exists), held-out evaluation, derived seeds, and process-0 logging."""
+exists, resumed when a partial one does), held-out evaluation, derived seeds, and process-0 logging."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +28,7 @@ from trace_jax.rl import learner
 from trace_jax.rollout.agent_loop import Policy
 from trace_jax.sampling import SamplingParams
 from trace_jax.sft import conversation_demonstrations, make_batch, oracle_demonstrations, sft_step
+from trace_jax.stopping import RunInterrupted, StopFlag
 
 
 def banner(title: str) -> None:
@@ -147,17 +149,38 @@ def held_out(setup: Setup, params, *, outcomes_path: str | None = None) -> dict[
     return out
 
 
+# SFT saves its progress (params, optimizer state, steps done) at least this often, and on SIGTERM/SIGINT.
+SFT_CHECKPOINT_SECONDS = 300.0
+
+
 def warm_start(setup: Setup, workdir: str, writer: MetricWriter):
-    """Runs (or restores) the supervised warm start in `workdir/sft`; returns params."""
+    """Runs (or restores, or resumes) the supervised warm start in `workdir/sft`; returns params.
+
+    Progress is checkpointed every SFT_CHECKPOINT_SECONDS and when a signal stops it (then
+    `RunInterrupted` is raised); a resumed SFT replays the batch sampler to where it stopped, so it
+    ends with the same params as an uninterrupted one."""
     run = setup.run
     ckpt = Checkpointer(os.path.join(workdir, "sft"), keep=1)
     sft_settings = run_config.settings(run, run_config.SFT_SETTINGS)
+    optimizer = learner.make_optimizer(learner.LearnerConfig(learning_rate=run.sft.learning_rate,
+                                                             max_grad_norm=run.learner.max_grad_norm))
+    params, opt_state, done = None, None, 0
     if ckpt.latest_step() is not None:
-        run_config.require_same_settings(f"the SFT checkpoint {ckpt.directory}",
-                                         ckpt.read_record().get("settings"), sft_settings)
-        arrays, _ = ckpt.restore({"params": setup.params})
-        log(f"restored SFT params from {ckpt.directory}")
-        return arrays["params"]
+        def target(record):
+            run_config.require_same_settings(f"the SFT checkpoint {ckpt.directory}", record.get("settings"),
+                                             sft_settings)
+            partial = record.get("steps", run.sft.steps) < run.sft.steps
+            return {"params": setup.params, **({"opt_state": optimizer.init(setup.params)} if partial else {})}
+
+        arrays, record, _ = ckpt.restore_latest(target)
+        done = record.get("steps", run.sft.steps)
+        if done >= run.sft.steps:
+            log(f"restored SFT params from {ckpt.directory}")
+            return arrays["params"]
+        params, opt_state = arrays["params"], arrays["opt_state"]
+        if writer is not None:
+            writer.rewind(done - 1, prefix="sft/")  # rows are logged by 0-based step index
+        log(f"resuming SFT at step {done}/{run.sft.steps} from {ckpt.directory}")
     if run.sft.data_path:
         demos = conversation_demonstrations(run.sft.data_path, setup.renderer)
     else:
@@ -166,18 +189,32 @@ def warm_start(setup: Setup, workdir: str, writer: MetricWriter):
     cut = sum(len(d[0]) > run.sft.max_len for d in demos)
     log(f"{len(demos)} demonstrations, mean {np.mean([len(d[0]) for d in demos]):.0f} tokens; {cut} longer than "
         f"sft.max_len={run.sft.max_len} are truncated")
-    optimizer = learner.make_optimizer(learner.LearnerConfig(learning_rate=run.sft.learning_rate,
-                                                             max_grad_norm=run.learner.max_grad_norm))
-    params = jax.tree.map(jnp.array, setup.params)
-    opt_state = optimizer.init(params)
+    if params is None:
+        params = jax.tree.map(jnp.array, setup.params)
+        opt_state = optimizer.init(params)
     rng = np.random.default_rng(derive_seed(run.seed, "sft"))
+    for _ in range(done):  # the batches already trained on
+        rng.choice(len(demos), run.sft.batch_size)
+
+    def save(steps: int, state) -> None:
+        ckpt.save(steps, {"params": params, **state}, {"steps": steps, "settings": sft_settings})
+
     from tqdm.auto import tqdm
-    for step in tqdm(range(run.sft.steps), desc="sft", disable=jax.process_index() != 0, mininterval=5):
-        chosen = rng.choice(len(demos), run.sft.batch_size)
-        batch = make_batch([demos[i] for i in chosen], run.sft.max_len)
-        params, opt_state, metrics = sft_step(setup.model_config, optimizer, params, opt_state, batch)
-        if step % 25 == 0 or step == run.sft.steps - 1:
-            writer.write(step, metrics, prefix="sft/")
+    last_save = time.time()
+    with StopFlag() as stop:
+        for step in tqdm(range(done, run.sft.steps), desc="sft", disable=jax.process_index() != 0, mininterval=5,
+                         initial=done, total=run.sft.steps):
+            chosen = rng.choice(len(demos), run.sft.batch_size)
+            batch = make_batch([demos[i] for i in chosen], run.sft.max_len)
+            params, opt_state, metrics = sft_step(setup.model_config, optimizer, params, opt_state, batch)
+            learner.require_finite(metrics, f"SFT step {step + 1}")
+            if writer is not None and (step % 25 == 0 or step == run.sft.steps - 1):
+                writer.write(step, metrics, prefix="sft/")
+            if step + 1 < run.sft.steps and (stop.stop or time.time() - last_save >= SFT_CHECKPOINT_SECONDS):
+                save(step + 1, {"opt_state": opt_state})
+                last_save = time.time()
+                if stop.stop:
+                    raise RunInterrupted("sft", step + 1)
     if run.sft.steps:
-        ckpt.save(run.sft.steps, {"params": params}, {"steps": run.sft.steps, "settings": sft_settings})
+        save(run.sft.steps, {})
     return params

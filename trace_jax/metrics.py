@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from trace_jax.records import StepRecord, append_step
+from trace_jax.records import STEPS_FILE, StepRecord, append_step
 
 
 class MetricWriter:
@@ -48,6 +48,16 @@ class MetricWriter:
         append_step(self.workdir, record)
         self._tensorboard(record.step, {f"train/{k}": v for k, v in record.scalars().items()})
 
+    def rewind(self, step: int, *, prefix: str = "eval/") -> None:
+        """Forgets what was logged after `step` (scalars under `prefix`; with the RL prefix "eval/",
+        the step records too): a run resumed from a checkpoint at `step` logs those steps again, and
+        each step must appear once."""
+        if not self.enabled:
+            return
+        if prefix == "eval/":
+            _rewrite(os.path.join(self.workdir, STEPS_FILE), lambda row: row["step"] <= step)
+        _rewrite(self.path, lambda row: row["step"] <= step or not any(k.startswith(prefix) for k in row))
+
     def _tensorboard(self, step: int, scalars: Mapping[str, float | None]) -> None:
         if self._tb is not None:
             for key, value in scalars.items():
@@ -60,9 +70,33 @@ class MetricWriter:
             self._tb.close()
 
 
+def _rewrite(path: str, keep) -> None:
+    """Rewrites a JSONL file with the rows `keep(row)` accepts (atomically; a torn last line is dropped)."""
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by a kill
+                continue
+            if keep(row):
+                kept.append(line if line.endswith("\n") else line + "\n")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(path + ".tmp", path)
+
+
 def read_metrics(workdir: str) -> list[dict]:
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
+    rows = []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # blank, or the last line cut short by a kill
+                continue
+    return rows

@@ -20,6 +20,7 @@ from trace_jax.envs.protocol import TaskSource
 from trace_jax.envs.render import ReactRenderer, render_trajectory
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params, forward
+from trace_jax.rl.learner import keep_if_finite
 from trace_jax.rl.losses import token_logprobs
 from trace_jax.sampling.state import batch_bucket, length_bucket
 
@@ -97,5 +98,8 @@ def sft_step(config: ModelConfig, optimizer: optax.GradientTransformation, param
         return -jnp.sum(logp * mask) / jnp.maximum(mask.sum(), 1.0)
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
+    grad_norm = optax.tree.norm(grads)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    params, opt_state = keep_if_finite(loss, grad_norm, (optax.apply_updates(params, updates), new_opt_state),
+                                       (params, opt_state))
+    return params, opt_state, {"loss": loss, "grad_norm": grad_norm}

@@ -10,7 +10,6 @@ as an uninterrupted one.
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 import jax
@@ -24,11 +23,12 @@ from trace_jax.experiment import (Setup, banner, build, derive_seed, eval_tasks,
 from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io
 from trace_jax.parallel.mesh import make_mesh
-from trace_jax.records import CheckpointRecord, StepRecord, Timings, TreeStats
+from trace_jax.records import CheckpointRecord, StepRecord, Timings, TreeStats, read_steps
 from trace_jax.rl import learner
 from trace_jax.rl.advantages import estimate, node_advantages
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import step_statistics
+from trace_jax.stopping import RunInterrupted, StopFlag
 
 __all__ = ["Setup", "build", "derive_seed", "eval_tasks", "held_out", "train_tasks", "warm_start", "make_allocator",
            "rl_step", "sft", "train_and_evaluate", "evaluate", "restore_policy"]
@@ -41,32 +41,15 @@ def sft(config, workdir: str) -> dict:
     setup = build(config, workdir)
     writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
     banner("supervised warm start")
-    params = warm_start(setup, workdir, writer)
+    try:
+        params = warm_start(setup, workdir, writer)
+    except RunInterrupted as e:
+        log(f"{e}; resume by running the same command again")
+        return {"interrupted": True, "stage": e.stage, "steps": e.step}
     banner("evaluate")
     result = held_out(setup, params)
     log(f"held-out after SFT: {result}")
     return {"acc_after_sft": result["accuracy"], "wall_s": round(time.time() - t0, 1)}
-
-
-class _StopFlag:
-    """SIGTERM/SIGINT set a flag: the loop checkpoints and exits cleanly after the current step."""
-
-    def __init__(self):
-        self.stop = False
-        self.previous = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self.previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (e.g. some notebook kernels)
-                pass
-
-    def _handle(self, signum, frame):
-        self.stop = True
-        log(f"signal {signum}: checkpointing after this step")
-
-    def restore(self):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
 
 
 def _pool(tasks, position: int, size: int, seed: int):
@@ -127,19 +110,23 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
                         budget_spent=outcome.budget_spent, groups_sampled=outcome.groups_sampled,
                         calibration=outcome.calibration, holdout_calibration=outcome.holdout_calibration,
                         root_counts=outcome.root_counts, predictor_loss=outcome.predictor_loss, kappa=outcome.kappa,
-                        rollout_budget=outcome.rollout_budget)
+                        rollout_budget=outcome.rollout_budget, tool_errors=dict(engine.tool_errors))
     return params, opt_state, record
 
 
 def _restore(setup: Setup, ckpt: Checkpointer, allocator, optimizer):
-    """params, optimizer state and allocator state of the latest checkpoint, and its record."""
-    record = CheckpointRecord.from_json(ckpt.read_record())
-    run_config.require_same_settings(f"the checkpoint {ckpt.directory}", record.settings,
-                                     run_config.settings(setup.run), ignore=run_config.RESUMABLE_SETTINGS)
-    opt_state = optimizer.init(setup.params)
-    target = {"params": setup.params, "opt_state": opt_state,
-              "allocator": allocator.state_template(record.allocator)}
-    arrays, _ = ckpt.restore(target)
+    """params, optimizer state and allocator state of the newest usable checkpoint (verified; damaged
+    newer ones are reported and skipped), and its record."""
+
+    def target(stored):
+        record = CheckpointRecord.from_json(stored)
+        run_config.require_same_settings(f"the checkpoint {ckpt.directory}", record.settings,
+                                         run_config.settings(setup.run), ignore=run_config.RESUMABLE_SETTINGS)
+        return {"params": setup.params, "opt_state": optimizer.init(setup.params),
+                "allocator": allocator.state_template(record.allocator)}
+
+    arrays, stored, _ = ckpt.restore_latest(target)
+    record = CheckpointRecord.from_json(stored)
     allocator.load_host_state(record.allocator)
     allocator.load_state(arrays.get("allocator", {}), record.allocator)
     return arrays["params"], arrays["opt_state"], record
@@ -180,7 +167,11 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
 
     if ckpt.latest_step() is None:
         banner("supervised warm start")
-        params = warm_start(setup, workdir, writer)
+        try:
+            params = warm_start(setup, workdir, writer)
+        except RunInterrupted as e:
+            log(f"{e}; resume by running the same command again")
+            return {"interrupted": True, "stage": e.stage, "steps": 0}
         if after_sft is None:
             banner("evaluate after SFT")
             after_sft = held_out(setup, params, outcomes_path=_outcomes_path(workdir, 0))
@@ -192,11 +183,17 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
         banner("resume")
         params, opt_state, record = _restore(setup, ckpt, allocator, optimizer)
         start, position, after_sft = record.step, record.data_position, record.after_sft
+        if start > run.rl.steps:
+            raise run_config.ConfigError(
+                f"config field 'rl.steps'={run.rl.steps} is below the step of the checkpoint to resume "
+                f"({start}, in {ckpt.directory}): its params are later than the run asked for; use "
+                f"rl.steps >= {start} or another workdir")
+        writer.rewind(start)  # steps logged after that checkpoint are logged again below
         log(f"resumed at step {start} from {ckpt.directory}")
     learn, params, opt_state = _learner(setup, optimizer, params, opt_state)
 
     banner("reinforcement learning")
-    stop = _StopFlag()
+    stop = StopFlag()
     tasks = train_tasks(setup)
     history: list[StepRecord] = []
     try:
@@ -205,6 +202,8 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
             params, opt_state, record = rl_step(setup, allocator, learn, params, opt_state, pool, step=step)
             writer.write_step(record)
             history.append(record)
+            learner.require_finite(record.learner, f"RL step {step} (the last checkpoint, step "
+                                                   f"{ckpt.latest_step()}, is unaffected)")
             loss = record.learner.loss if record.learner else float("nan")
             log(f"step {step}/{run.rl.steps}: reward {record.trees.reward:.3f}  effective ratio "
                 f"{record.trees.effective_ratio:.2f}  loss {loss:.4f}  {record.timings.step_s:.1f}s")
@@ -227,8 +226,11 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
     after_rl = held_out(setup, params, outcomes_path=_outcomes_path(workdir, run.rl.steps))
     log(f"held-out after RL: {after_rl}")
     writer.write(run.rl.steps, after_rl, prefix="eval/")
+    learner.require_finite_params(params, "the params to export")
     hf_io.save(os.path.join(workdir, "export"), setup.model_config, params)  # collective; process 0 writes
     writer.close()
+    # the whole run's steps (a resumed run's earlier ones from its log; process 0 keeps the log)
+    history = [r for r in read_steps(workdir) if r.step <= run.rl.steps] or history
     return {"acc_after_sft": after_sft["accuracy"], "acc_after_rl": after_rl["accuracy"], "steps": run.rl.steps,
             "allocator": run.allocator.name,
             "effective_ratio": float(np.mean([r.trees.effective_ratio for r in history])) if history else None,

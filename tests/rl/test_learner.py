@@ -117,3 +117,20 @@ def test_the_learner_step_compiles_once_per_batch_bucket(tiny_setup, rollouts):
     with pytest.raises(AssertionError, match="traced > 1 times"):  # a new bucket is a new trace
         step(policy.config, LossConfig(), optimizer, params, opt_state,
              learner.build_batch(rollouts, seqs[:2], micro_batch=2))
+
+
+def test_a_non_finite_step_leaves_params_and_optimizer_state_unchanged(tiny_setup, rollouts):
+    policy = tiny_setup.policy
+    seqs = estimate(rollouts, AdvantageConfig(name="grpo"))
+    batch = learner.build_batch(rollouts, seqs, micro_batch=4)
+    batch["advantages"] = np.where(batch["mask"], np.nan, 0.0).astype(np.float32)  # a poisoned batch
+    optimizer = learner.make_optimizer(learner.LearnerConfig(learning_rate=1e-3))
+    params = jax.tree.map(jnp.array, policy.params)
+    opt_state = optimizer.init(params)
+    keep_params, keep_opt = jax.tree.map(np.asarray, (params, opt_state))
+    new, new_opt, metrics = learner.train_step(policy.config, LossConfig(), optimizer, params, opt_state, batch)
+    assert not np.isfinite(float(metrics["loss"]))
+    jax.tree.map(np.testing.assert_array_equal, (new, new_opt), (keep_params, keep_opt))
+    with pytest.raises(learner.NonFiniteError, match=r"RL step 7: loss nan"):
+        learner.require_finite(learner.LearnerMetrics.from_device(metrics), "RL step 7")
+    learner.require_finite(None, "no update")  # a step that trained nothing is fine

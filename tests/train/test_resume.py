@@ -1,17 +1,24 @@
-"""A run killed with SIGKILL after a checkpoint, then resumed, logs the same metrics as an uninterrupted run."""
+"""A killed run resumes to the same results: SIGKILL at random points, SIGTERM during RL and during
+SFT (both checkpoint and exit cleanly), settings checked against the checkpoint, and the summary,
+step log and metrics of a resumed run are those of an uninterrupted one."""
 
 import dataclasses
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 
+import jax
+import numpy as np
 import pytest
 
 from configs import quickstart
-from trace_jax import train
+from trace_jax import experiment, train
+from trace_jax.checkpointing import Checkpointer
+from trace_jax.metrics import MetricWriter, read_metrics
 from trace_jax.records import read_steps
 from trace_jax.run_config import ConfigError
 
@@ -42,36 +49,86 @@ def finished(tmp_path_factory):
     return full, summary
 
 
-def test_sigkill_then_resume_reproduces_the_uninterrupted_run(finished, tmp_path):
-    full, summary = finished
-
-    killed = tmp_path / "killed"
+def _command(workdir, **changes):
     command = [sys.executable, os.path.join(REPO, "experiments", "train.py"), "--config",
-               os.path.join(REPO, "configs", "quickstart.py") + ":runlocal", "--workdir", str(killed)]
-    command += [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not os.path.isdir(killed / "checkpoints" / "2") and time.time() < deadline:
-        assert proc.poll() is None, "the run ended before it could be killed"
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert os.path.isdir(killed / "checkpoints" / "2")
+               os.path.join(REPO, "configs", "quickstart.py") + ":runlocal", "--workdir", str(workdir)]
+    return command + [f"--config.{k}={v}" for k, v in {**OVERRIDES, **changes}.items()]
 
+
+def test_sigkill_at_three_random_points_then_resume_reproduces_the_uninterrupted_run(finished, tmp_path):
+    """Three processes are SIGKILLed at seeded random points: a random moment (0-2 s) after a randomly
+    chosen milestone (SFT saved, step n logged), wherever that lands: in a rollout, a learner step, a
+    checkpoint write, an evaluation. A last run finishes; records, accuracy and summary must match."""
+    full, summary = finished
+    killed = tmp_path / "killed"
+    rng = random.Random(21)
+    milestones = sorted(rng.sample([0, 1, 2, 3], 3))  # 0: the SFT checkpoint exists; n: step n is logged
+    reached = {0: lambda: bool(Checkpointer(str(killed / "sft")).steps()) if (killed / "sft").is_dir() else False}
+    kills = []
+    for milestone in milestones:
+        proc = subprocess.Popen(_command(killed), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = reached.get(milestone, lambda: len(read_steps(str(killed))) >= milestone)
+        deadline = time.time() + 300
+        while proc.poll() is None and not done() and time.time() < deadline:
+            time.sleep(0.05)
+        jitter = rng.uniform(0.0, 2.0)
+        try:
+            proc.wait(timeout=jitter)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills.append((milestone, round(jitter, 2)))
+    assert len(kills) == 3, kills
     resumed = train.train_and_evaluate(_config(), str(killed))
-    assert resumed["acc_after_rl"] == summary["acc_after_rl"]
+    assert resumed["acc_after_rl"] == summary["acc_after_rl"], kills
+    assert resumed["effective_ratio"] == summary["effective_ratio"], kills  # the whole run's, not the last part's
     assert train.evaluate(_config(), str(full))["accuracy"] == summary["acc_after_rl"]
     want, got = _train_metrics(full), _train_metrics(killed)
-    assert sorted(got) == [1, 2, 3, 4]
-    for step in (3, 4):
-        assert got[step] == want[step], step
+    assert got == want, kills
+    lines = [json.loads(line) for line in open(killed / "steps.jsonl")]
+    assert sorted(r["step"] for r in lines) == [1, 2, 3, 4], kills  # each step logged once
+    evals = [row["step"] for row in read_metrics(str(killed)) if "eval/accuracy" in row]
+    assert sorted(evals) == sorted(set(evals)), kills
+
+
+def test_sigterm_during_sft_checkpoints_it_and_the_resumed_sft_ends_where_an_uninterrupted_one_does(
+        finished, tmp_path, monkeypatch):
+    full, _ = finished
+    calls = {"n": 0}
+    real_step = experiment.sft_step
+
+    def step_then_signal(*args):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            os.kill(os.getpid(), signal.SIGTERM)  # what a preemption sends, mid-SFT
+        return real_step(*args)
+
+    monkeypatch.setattr(experiment, "sft_step", step_then_signal)
+    stopped = train.train_and_evaluate(_config(), str(tmp_path))
+    assert stopped == {"interrupted": True, "stage": "sft", "steps": 0}
+    assert Checkpointer(str(tmp_path / "sft")).steps() == [4]
+    monkeypatch.setattr(experiment, "sft_step", real_step)
+
+    setup = train.build(_config(), str(tmp_path))
+    resumed = train.warm_start(setup, str(tmp_path), MetricWriter(str(tmp_path)))
+    uninterrupted = train.warm_start(train.build(_config(), str(full)), str(full), writer=None)  # restored
+    jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+    sft_rows = [row["step"] for row in read_metrics(str(tmp_path)) if "sft/loss" in row]
+    assert sft_rows == sorted(set(sft_rows))
+
+
+def test_periodic_sft_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiment, "SFT_CHECKPOINT_SECONDS", 0.0)
+    saved = []
+    real_save = Checkpointer.save
+    monkeypatch.setattr(Checkpointer, "save", lambda self, step, *a: (saved.append(step), real_save(self, step, *a)))
+    train.warm_start(train.build(_config(), str(tmp_path)), str(tmp_path), writer=None)
+    assert saved == list(range(1, 11))  # every step (partial), then the finished SFT at step 10
 
 
 def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
     workdir = tmp_path / "terminated"
-    command = [sys.executable, os.path.join(REPO, "experiments", "train.py"), "--config",
-               os.path.join(REPO, "configs", "quickstart.py") + ":runlocal", "--workdir", str(workdir)]
-    command += [f"--config.{k}={v}" for k, v in {**OVERRIDES, "rl.steps": 500, "checkpoint.every": 100}.items()]
+    command = _command(workdir, **{"rl.steps": 500, "checkpoint.every": 100})
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.time() + 300
     while not os.path.exists(workdir / "steps.jsonl"):
@@ -94,3 +151,30 @@ def test_a_checkpoint_is_resumed_only_under_the_settings_it_was_made_under(finis
         train.warm_start(setup, str(full), writer=None)
     # evaluating differently (or on another mesh) is not a different experiment
     assert train.evaluate(_config(**{"eval.num_tasks": 4}), str(full))["step"] == 4
+
+
+def test_rl_steps_below_the_checkpoint_step_is_an_error(finished):
+    full, _ = finished
+    with pytest.raises(ConfigError, match=r"'rl\.steps'=2 is below the step of the checkpoint to resume \(4"):
+        train.train_and_evaluate(_config(**{"rl.steps": 2}), str(full))
+
+
+def test_a_non_finite_update_stops_the_run_naming_the_step_and_exports_nothing(finished, tmp_path, monkeypatch):
+    full, _ = finished
+    real = train.learner.train_step
+    calls = {"n": 0}
+
+    def poisoned_on_the_second_step(config, loss, optimizer, params, opt_state, batch):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            batch = {**batch, "advantages": np.full_like(batch["advantages"], np.nan)}
+        return real(config, loss, optimizer, params, opt_state, batch)
+
+    monkeypatch.setattr(train.learner, "train_step", poisoned_on_the_second_step)
+    workdir = tmp_path / "nan"
+    os.makedirs(workdir)
+    os.symlink(full / "sft", workdir / "sft")  # the same SFT start
+    with pytest.raises(train.learner.NonFiniteError, match=r"RL step 2 .*last checkpoint, step 1"):
+        train.train_and_evaluate(_config(), str(workdir))
+    assert not os.path.exists(workdir / "export")
+    assert Checkpointer(str(workdir / "checkpoints")).steps() == [1]

@@ -27,6 +27,7 @@ from trace_jax.compare.store import cached
 from trace_jax.evaluation import read_outcomes
 from trace_jax.metrics import MetricWriter, read_metrics
 from trace_jax.records import read_steps
+from trace_jax.stopping import RunInterrupted
 
 
 def _slug(name: str) -> str:
@@ -176,7 +177,11 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     experiment.banner("shared SFT checkpoint")
     setup = experiment.build(base_run, shared)
-    params = experiment.warm_start(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
+    try:
+        params = experiment.warm_start(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
+    except RunInterrupted as e:
+        experiment.log(f"{e}; run the same command again to resume")
+        return {"interrupted": True, "finished_runs": 0}
     sft_settings = run_config.settings(base_run, run_config.SFT_SETTINGS)
     after_sft = cached(os.path.join(shared, "after_sft.json"), dict(eval=dataclasses.asdict(base_run.eval),
                                                                       sft=sft_settings),

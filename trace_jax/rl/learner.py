@@ -1,11 +1,13 @@
 """The learner: training sequences from trees, padded to buckets, and one jitted optimizer step
 that scans over micro-batches (gradient accumulation) and returns loss, clip fraction, approximate
-KL, gradient norm and entropy."""
+KL, gradient norm and entropy. A step whose loss or gradient is not finite leaves params and optimizer
+state unchanged (`keep_if_finite`); the caller stops the run (`require_finite`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -134,13 +136,44 @@ def _train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: o
     """One optimizer step over the whole batch ([num_micro, micro, L] arrays)."""
     grads, totals = _gradients(model_config, loss_config, params, batch)
     grad_norm = optax.tree.norm(grads)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    params, opt_state = keep_if_finite(totals["loss"], grad_norm, (optax.apply_updates(params, updates),
+                                                                   new_opt_state), (params, opt_state))
     tokens = jnp.maximum(totals["tokens"], 1.0)
     metrics = {"loss": totals["loss"], "clip_fraction": totals["clip_fraction"] / tokens,
                "approx_kl": totals["approx_kl"] / tokens, "entropy": totals["entropy"] / tokens,
                "grad_norm": grad_norm, "trained_tokens": totals["tokens"]}
     return params, opt_state, metrics
+
+
+def keep_if_finite(loss, grad_norm, updated, previous):
+    """`updated` when the loss and gradient norm are finite, else `previous` (in-graph: a NaN batch
+    leaves params and optimizer state as they were; the host then stops the run, `require_finite`)."""
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    return jax.tree.map(lambda new, old: jnp.where(finite, new, old), updated, previous)
+
+
+class NonFiniteError(FloatingPointError):
+    """A training step whose loss or gradient norm was not finite (its update was not applied)."""
+
+
+def require_finite(metrics: LearnerMetrics | dict | None, where: str) -> None:
+    """Raises NonFiniteError naming `where` when a step's loss or gradient norm is NaN/Inf."""
+    if metrics is None:
+        return
+    values = metrics if isinstance(metrics, dict) else dataclasses.asdict(metrics)
+    loss, grad_norm = float(values["loss"]), float(values["grad_norm"])
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise NonFiniteError(f"{where}: loss {loss} / gradient norm {grad_norm} is not finite; the update was not "
+                             "applied and the run stops (lower the learning rate, check the data, or resume from "
+                             "the last checkpoint)")
+
+
+def require_finite_params(params, what: str) -> None:
+    bad = [jax.tree_util.keystr(path) for path, x in jax.tree_util.tree_leaves_with_path(params)
+           if jnp.issubdtype(x.dtype, jnp.inexact) and not bool(jnp.isfinite(x).all())]
+    if bad:
+        raise NonFiniteError(f"{what}: NaN/Inf in {bad[:5]}")
 
 
 train_step = jax.jit(_train_step, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
