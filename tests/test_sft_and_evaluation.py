@@ -39,6 +39,25 @@ def test_user_conversations_jsonl(tiny_setup, tmp_path):
         conversation_demonstrations(str(path), renderer)
 
 
+
+@pytest.mark.parametrize("content,message", [
+    (b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ["x"]}]}\n',
+     r"data\.jsonl:2: message 1 should be \{role, content\} with string role and content"),
+    (b'{"messages": [{"role": "user", "content": "hi"}]}\n', r"data\.jsonl:2: .* no assistant message"),
+    (b'{"messages": "hi"}\n', r"data\.jsonl:2: 'messages' should be a non-empty list"),
+    (b'{"messages": [{"role": "user", "content": "\xff"}]}\n', r"data\.jsonl:2: not UTF-8"),
+])
+def test_bad_user_conversations_are_named_before_any_is_rendered(tiny_setup, tmp_path, content, message):
+    from trace_jax.envs.loaders import DataError
+    good = b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Answer: 1"}]}\n'
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(good + content)
+    with pytest.raises(DataError, match=message):
+        conversation_demonstrations(str(path), tiny_setup.policy.renderer)
+    path.write_bytes(b"")
+    with pytest.raises(DataError, match=r"data\.jsonl: the file has no rows"):
+        conversation_demonstrations(str(path), tiny_setup.policy.renderer)
+
 def test_greedy_accuracy_and_pass_at_k_by_level(tiny_setup):
     tasks = tiny_setup.source.tasks("validation")[:6]
     greedy = evaluate_policy(tiny_setup.policy, tiny_setup.env, tasks, greedy=True)

@@ -7,16 +7,15 @@ tokens trained here are exactly what the policy would emit; prompts and observat
 from __future__ import annotations
 
 import functools
-import json
-import os
-
+import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from trace_jax.envs.loaders import jsonl_rows
 from trace_jax.envs.oracle import Trajectory, run_episode
-from trace_jax.envs.protocol import TaskSource
+from trace_jax.envs.protocol import DataError, TaskSource
 from trace_jax.envs.render import ReactRenderer, render_trajectory
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params, forward
@@ -41,33 +40,34 @@ def oracle_demonstrations(source: TaskSource, renderer: ReactRenderer, *, num: i
     return demos
 
 
+def _conversation(messages, where: str) -> tuple[list[dict], list[tuple[str, str | None]]]:
+    """Messages -> (system/user head, [(assistant text, following observation or None)])."""
+    if not isinstance(messages, list) or not messages:
+        raise DataError(f"{where}: 'messages' should be a non-empty list")
+    for n, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise DataError(f"{where}: message {n} should be {{role, content}} with string role and content, "
+                            f"got {m!r:.80}")
+    head = list(itertools.takewhile(lambda m: m["role"] in ("system", "user"), messages[:2]))
+    if not head:
+        raise DataError(f"{where}: a conversation starts with a system and/or user message")
+    rest, turns = messages[len(head):], []
+    for i in range(0, len(rest), 2):
+        if rest[i]["role"] != "assistant":
+            raise DataError(f"{where}: expected an assistant message at position {len(head) + i}, got "
+                            f"{rest[i]['role']!r}")
+        turns.append((rest[i]["content"], rest[i + 1]["content"] if i + 1 < len(rest) else None))
+    if not turns:
+        raise DataError(f"{where}: the conversation has no assistant message to train on")
+    return head, turns
+
+
 def conversation_demonstrations(path: str, renderer: ReactRenderer) -> list[tuple[list[int], list[bool]]]:
     """A user's JSONL of conversations: {"messages": [{"role", "content"}, ...]} with system/user first,
-    then alternating assistant turns and observation messages (any other role)."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"SFT data {path!r} does not exist")
-    demos = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                messages = json.loads(line)["messages"]
-                head = [m for m in messages if m["role"] in ("system", "user")][:2]
-                rest = messages[len(head):]
-                turns, i = [], 0
-                while i < len(rest):
-                    if rest[i]["role"] != "assistant":
-                        raise ValueError(f"expected an assistant message at position {len(head) + i}")
-                    obs = rest[i + 1]["content"] if i + 1 < len(rest) else None
-                    turns.append((rest[i]["content"], obs))
-                    i += 2
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"{path}:{line_no}: bad conversation: {e}") from None
-            demos.append(render_trajectory(renderer, Trajectory(None, head, turns, 1.0, True)))
-    if not demos:
-        raise ValueError(f"{path}: no conversations")
-    return demos
+    then alternating assistant turns and observation messages (any other role). Every row is checked
+    before any is rendered; a bad one is a DataError naming file and line."""
+    conversations = [_conversation(row.get("messages"), where) for where, row in jsonl_rows(path)]
+    return [render_trajectory(renderer, Trajectory(None, head, turns, 1.0, True)) for head, turns in conversations]
 
 
 def make_batch(demos: list[tuple[list[int], list[bool]]], max_len: int) -> dict[str, np.ndarray]:

@@ -122,3 +122,99 @@ def test_bfcl_load_and_check(tmp_path):
 def test_bfcl_id_without_ground_truth_is_named(tmp_path):
     with pytest.raises(DataError, match=r"BFCL_v3_simple\.json:1: id 'simple_0' has no entry"):
         load_bfcl(_bfcl(tmp_path, truth_id="simple_9"))
+
+
+# --- every bad row is named (issue 21): encodings, empty files, mistyped fields, unusable corpora ---
+
+
+def test_invalid_utf8_is_named_with_its_line(tmp_path):
+    path = tmp_path / "test.jsonl"
+    path.write_bytes(b'{"question": "q", "answer": "#### 1"}\n{"question": "caf\xe9", "answer": "#### 2"}\n')
+    with pytest.raises(DataError, match=r"test\.jsonl:2: not UTF-8 \(byte 0xe9"):
+        load_gsm8k(str(path))
+    listing = tmp_path / "hotpot.json"
+    listing.write_bytes(json.dumps(HOTPOT, indent=1).encode()[:40] + b"\xff" + json.dumps(HOTPOT).encode()[40:])
+    with pytest.raises(DataError, match=r"hotpot\.json:\d+: not UTF-8 \(byte 0xff"):
+        load_hotpotqa(str(listing))
+
+
+def test_empty_files_are_refused(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n  \n")
+    with pytest.raises(DataError, match=r"empty\.jsonl: the file has no rows"):
+        load_search_r1(str(tmp_path / "empty.jsonl"))
+    (tmp_path / "empty.json").write_text("[]")
+    with pytest.raises(DataError, match=r"empty\.json: the file has no rows"):
+        load_hotpotqa(str(tmp_path / "empty.json"))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"question": pa.array([], pa.string())}), tmp_path / "empty.parquet")
+    with pytest.raises(DataError, match=r"empty\.parquet: the file has no rows"):
+        load_search_r1(str(tmp_path / "empty.parquet"))
+
+
+@pytest.mark.parametrize("level", [[], {"a": 1}, "impossible", 3])
+def test_hotpotqa_bad_level_is_named(tmp_path, level):
+    path = tmp_path / "hotpot.json"
+    path.write_text(json.dumps([HOTPOT[0], dict(HOTPOT[0], level=level)]))
+    with pytest.raises(DataError, match=r"hotpot\.json: record 2: field 'level' should be one of"):
+        load_hotpotqa(str(path))
+
+
+def _rewrite(path, **fields):
+    row = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(row, **fields)) + "\n")
+
+
+@pytest.mark.parametrize("question", [
+    [[{"role": "user", "content": ["not", "a", "string"]}]],
+    [[{"role": "user", "content": None}]],
+    [["just a string"]],
+])
+def test_bfcl_non_string_content_is_named(tmp_path, question):
+    directory = _bfcl(tmp_path)
+    _rewrite(tmp_path / "BFCL_v3_simple.json", question=question)
+    with pytest.raises(DataError, match=r"BFCL_v3_simple\.json:1: 'question' must be a list of turns"):
+        load_bfcl(directory)
+
+
+@pytest.mark.parametrize("ground_truth,message", [
+    ([{"calculate_triangle_area": {"base": 10, "height": [5]}}], r"ground truth calculate_triangle_area\.base should be a "
+                                                                 r"non-empty list"),
+    ([{"calculate_triangle_area": {"base": [], "height": [5]}}], r"ground truth .*non-empty list of allowed values"),
+    ([{"calculate_triangle_area": [10, 5]}], r"ground truth of .* should map arguments to lists"),
+    ([{"a": {}, "b": {}}], r"ground_truth entries must be"),
+    ([{"area_of_circle": {"radius": [1]}}], r"ground truth of 'simple_0' calls \['area_of_circle'\], which .*BFCL_v3_simple\.json:1 does "
+                                            r"not document"),
+])
+def test_bfcl_ground_truth_is_validated_up_front(tmp_path, ground_truth, message):
+    directory = _bfcl(tmp_path)
+    _rewrite(tmp_path / "possible_answer" / "BFCL_v3_simple.json", ground_truth=ground_truth)
+    with pytest.raises(DataError, match=r"possible_answer/BFCL_v3_simple\.json:1: " + message):
+        load_bfcl(directory)
+
+
+@pytest.mark.parametrize("function,message", [
+    ([{"description": "no name"}], r"needs a string 'name'"),
+    ([{"name": "calculate_triangle_area", "parameters": {"properties": []}}], r"'properties' object"),
+    ([{"name": "calculate_triangle_area", "parameters": {"properties": {}, "required": "base"}}],
+     r"'required' should be a list"),
+])
+def test_bfcl_function_docs_are_validated_up_front(tmp_path, function, message):
+    directory = _bfcl(tmp_path)
+    _rewrite(tmp_path / "BFCL_v3_simple.json", function=function)
+    with pytest.raises(DataError, match=r"BFCL_v3_simple\.json:1: .*" + message):
+        load_bfcl(directory)
+
+
+def test_a_corpus_of_stopwords_is_a_data_error(tmp_path):
+    docs = load_corpus(_write_jsonl(tmp_path / "wiki.jsonl", [{"id": "0", "contents": '"The"\nand of the a'},
+                                                             {"id": "1", "contents": "it is"}]))
+    with pytest.raises(DataError, match="none of its 2 documents has a word outside the English stopwords"):
+        SearchIndex(docs)
+
+
+def test_deeply_nested_json_row_is_named(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"question": "q", "golden_answers": ["a"]}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(DataError, match=r"train\.jsonl:2: invalid JSON"):
+        load_search_r1(str(path))

@@ -3,7 +3,8 @@
 HotpotQA JSON, Search-R1-style JSONL/Parquet (`question`, `golden_answers`) with a corpus JSONL
 (`id`, `contents`), GSM8K JSONL (`question`, `answer` ending in `#### N`), and the Berkeley
 Function Calling Leaderboard (question + function docs JSONL, `possible_answer/` ground truth).
-A bad row raises `DataError` naming the file and line before any compute starts.
+A bad row (invalid JSON or UTF-8, a missing or mistyped field) or an empty file raises `DataError`
+naming the file and line before any compute starts.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from trace_jax.envs.protocol import Task
+from trace_jax.envs.protocol import DataError, Task
 from trace_jax.envs.splits import split_of
 from trace_jax.envs.tools.functions import Call, matches
 from trace_jax.envs.tools.search import Document
 
 
-class DataError(ValueError):
-    """A dataset file or row that cannot be used; the message names the file and line."""
+__all__ = ["DataError", "bfcl_check", "jsonl_rows", "load_bfcl", "load_corpus", "load_gsm8k", "load_hotpotqa",
+           "load_search_r1"]
 
 
 def _require(path: str) -> str:
@@ -29,19 +30,29 @@ def _require(path: str) -> str:
     return path
 
 
-def _jsonl(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yields ("file:line", row) for each non-blank line."""
-    with open(_require(path), encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
+def jsonl_rows(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yields ("file:line", row) for each non-blank line; a file without rows is a DataError."""
+    count = 0
+    with open(_require(path), "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{line_no}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})"
+                                ) from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{line_no}: invalid JSON ({e.msg})") from None
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise DataError(f"{path}:{line_no}: invalid JSON ({getattr(e, 'msg', 'nested too deeply')})"
+                                ) from None
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+            count += 1
             yield f"{path}:{line_no}", row
+    if not count:
+        raise DataError(f"{path}: the file has no rows")
 
 
 def _rows(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -56,22 +67,34 @@ def _rows(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
             table = pq.read_table(path)
         except Exception as e:  # pyarrow raises several types for unreadable files
             raise DataError(f"{path}: cannot read Parquet: {e}") from None
+        if not table.num_rows:
+            raise DataError(f"{path}: the file has no rows")
         for n, row in enumerate(table.to_pylist(), 1):
             yield f"{path}: record {n}", row
     elif path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+        with open(path, "rb") as f:
+            raw = f.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line_no = raw.count(b"\n", 0, e.start) + 1
+            raise DataError(f"{path}:{line_no}: not UTF-8 (byte {raw[e.start]:#04x})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: invalid JSON at line {e.lineno} ({e.msg})") from None
+        except RecursionError:
+            raise DataError(f"{path}: invalid JSON (nested too deeply)") from None
         if not isinstance(data, list):
             raise DataError(f"{path}: expected a JSON list of records")
+        if not data:
+            raise DataError(f"{path}: the file has no rows")
         for n, row in enumerate(data, 1):
             if not isinstance(row, dict):
                 raise DataError(f"{path}: record {n}: expected an object, got {type(row).__name__}")
             yield f"{path}: record {n}", row
     else:
-        yield from _jsonl(path)
+        yield from jsonl_rows(path)
 
 
 def _field(row: dict, key: str, kind, where: str):
@@ -102,8 +125,11 @@ def load_hotpotqa(path: str) -> tuple[list[Task], list[Document]]:
             if item[0] not in seen_titles:
                 seen_titles.add(item[0])
                 docs.append(Document(id=item[0], title=item[0], text=" ".join(map(str, item[1]))))
+        level = row.get("level")
+        if level is not None and (not isinstance(level, str) or level not in _LEVELS):
+            raise DataError(f"{where}: field 'level' should be one of {sorted(_LEVELS)}, got {level!r}")
         tasks.append(Task(id=f"hotpotqa/{qid}", question=question, answers=(answer,),
-                          difficulty=_LEVELS.get(row.get("level"), 2), split=split_of(question),
+                          difficulty=_LEVELS.get(level, 2), split=split_of(question),
                           data={"type": row.get("type")}))
     return tasks, docs
 
@@ -126,7 +152,7 @@ def load_search_r1(path: str) -> list[Task]:
 def load_corpus(path: str) -> list[Document]:
     """Corpus JSONL: {id, contents}, contents as '"Title"\\ntext' (the Search-R1/FlashRAG convention)."""
     docs = []
-    for where, row in _jsonl(path):
+    for where, row in jsonl_rows(path):
         doc_id = str(_field(row, "id", (str, int), where))
         contents = _field(row, "contents", str, where)
         title, _, text = contents.partition("\n")
@@ -139,7 +165,7 @@ def load_corpus(path: str) -> list[Document]:
 def load_gsm8k(path: str) -> list[Task]:
     """GSM8K JSONL: {question, answer}, the answer's last line `#### N`."""
     tasks = []
-    for where, row in _jsonl(path):
+    for where, row in jsonl_rows(path):
         question = _field(row, "question", str, where)
         answer = _field(row, "answer", str, where)
         if "####" not in answer:
@@ -155,34 +181,75 @@ def load_gsm8k(path: str) -> list[Task]:
     return tasks
 
 
+def _bfcl_truth(gt: list, where: str) -> list[dict[str, dict[str, list]]]:
+    """Ground truth as BFCL writes it: [{function name: {argument: [allowed values]}}]."""
+    for entry in gt:
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise DataError(f"{where}: ground_truth entries must be {{name: {{arg: [values]}}}}, got {entry!r:.80}")
+        (name, arguments), = entry.items()
+        if not isinstance(arguments, dict):
+            raise DataError(f"{where}: ground truth of {name!r} should map arguments to lists of allowed values")
+        for argument, allowed in arguments.items():
+            if not isinstance(allowed, list) or not allowed:
+                raise DataError(f"{where}: ground truth {name}.{argument} should be a non-empty list of allowed "
+                                f"values, got {allowed!r:.80}")
+    return gt
+
+
+def _bfcl_functions(functions: list, where: str) -> set[str]:
+    """Function docs as BFCL writes them: {name, description, parameters: {type, properties, required}}."""
+    names = set()
+    for doc in functions:
+        if not isinstance(doc, dict) or not isinstance(doc.get("name"), str) or not doc["name"]:
+            raise DataError(f"{where}: every entry of 'function' needs a string 'name', got {doc!r:.80}")
+        params = doc.get("parameters", {})
+        if not isinstance(params, dict) or not isinstance(params.get("properties", {}), dict):
+            raise DataError(f"{where}: function {doc['name']!r}: 'parameters' should be an object with a "
+                            "'properties' object")
+        required = params.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise DataError(f"{where}: function {doc['name']!r}: 'required' should be a list of names")
+        names.add(doc["name"])
+    return names
+
+
+def _bfcl_user_messages(turns: list, where: str) -> list[str]:
+    messages = [m for turn in turns for m in (turn if isinstance(turn, list) else [turn])]
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise DataError(f"{where}: 'question' must be a list of turns of {{role, content}} with string "
+                            f"content, got {m!r:.80}")
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if not users:
+        raise DataError(f"{where}: no user message in 'question'")
+    return users
+
+
 def load_bfcl(directory: str, category: str = "simple") -> list[Task]:
     """BFCL: `<dir>/BFCL_v3_<category>.json` (JSONL of {id, question, function}) and
-    `<dir>/possible_answer/BFCL_v3_<category>.json` (JSONL of {id, ground_truth})."""
+    `<dir>/possible_answer/BFCL_v3_<category>.json` (JSONL of {id, ground_truth}), checked up front:
+    string contents, well-formed function docs, ground truth naming documented functions."""
     questions = os.path.join(directory, f"BFCL_v3_{category}.json")
     answers_path = os.path.join(directory, "possible_answer", f"BFCL_v3_{category}.json")
     truth = {}
-    for where, row in _jsonl(answers_path):
-        gt = _field(row, "ground_truth", list, where)
-        for entry in gt:
-            if not isinstance(entry, dict) or len(entry) != 1 or not isinstance(next(iter(entry.values())), dict):
-                raise DataError(f"{where}: ground_truth entries must be {{name: {{arg: [values]}}}}")
-        truth[str(_field(row, "id", (str, int), where))] = gt
+    for where, row in jsonl_rows(answers_path):
+        truth[str(_field(row, "id", (str, int), where))] = (
+            _bfcl_truth(_field(row, "ground_truth", list, where), where), where)
     tasks = []
-    for where, row in _jsonl(questions):
+    for where, row in jsonl_rows(questions):
         qid = str(_field(row, "id", (str, int), where))
-        turns = _field(row, "question", list, where)
+        user = _bfcl_user_messages(_field(row, "question", list, where), where)
         functions = _field(row, "function", list, where)
-        try:
-            user = [m["content"] for turn in turns for m in (turn if isinstance(turn, list) else [turn])
-                    if m["role"] == "user"]
-        except (TypeError, KeyError):
-            raise DataError(f"{where}: 'question' must be a list of turns of {{role, content}}") from None
-        if not user:
-            raise DataError(f"{where}: no user message in 'question'")
+        documented = _bfcl_functions(functions, where)
         if qid not in truth:
             raise DataError(f"{where}: id {qid!r} has no entry in {answers_path}")
-        tasks.append(Task(id=f"bfcl/{qid}", question=user[-1], answers=(), difficulty=len(truth[qid]),
-                          split=split_of(user[-1]), data={"functions": functions, "ground_truth": truth[qid]}))
+        gt, truth_where = truth[qid]
+        undocumented = sorted({next(iter(e)) for e in gt} - documented)
+        if undocumented:
+            raise DataError(f"{truth_where}: ground truth of {qid!r} calls {undocumented}, which {where} does "
+                            "not document")
+        tasks.append(Task(id=f"bfcl/{qid}", question=user[-1], answers=(), difficulty=len(gt),
+                          split=split_of(user[-1]), data={"functions": functions, "ground_truth": gt}))
     return tasks
 
 

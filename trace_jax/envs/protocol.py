@@ -38,6 +38,10 @@ def _report_crash(env: str, where: str, task_id: str, error: BaseException) -> N
                         exc_info=error)
 
 
+class DataError(ValueError):
+    """A dataset file, row or corpus that cannot be used; the message names the file and line."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     """One problem with a verifiable answer.

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import bm25s
 import numpy as np
 
+from trace_jax.envs.protocol import DataError
+
 
 @dataclasses.dataclass(frozen=True)
 class Document:
@@ -25,11 +27,14 @@ class SearchIndex:
 
     def __init__(self, documents: Sequence[Document], *, top_k: int = 3, max_words_per_passage: int = 60):
         if not documents:
-            raise ValueError("cannot index an empty corpus")
+            raise DataError("cannot index an empty corpus")
         self.documents = list(documents)
         self.top_k = top_k
         self.max_words = max_words_per_passage
         tokens = bm25s.tokenize([d.contents for d in self.documents], stopwords="en", show_progress=False)
+        if not tokens.vocab:
+            raise DataError(f"cannot index this corpus: none of its {len(self.documents)} documents has a word "
+                            "outside the English stopwords")
         self._bm25 = bm25s.BM25()
         self._bm25.index(tokens, show_progress=False)
 
