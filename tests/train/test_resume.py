@@ -49,13 +49,21 @@ def finished(tmp_path_factory):
     return full, summary
 
 
+@pytest.fixture(scope="module")
+def subprocess_env(tmp_path_factory):
+    """The killed and resumed processes share one compilation cache: each start compiles less."""
+    return {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax_cache")),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
 def _command(workdir, **changes):
     command = [sys.executable, os.path.join(REPO, "experiments", "train.py"), "--config",
                os.path.join(REPO, "configs", "quickstart.py") + ":runlocal", "--workdir", str(workdir)]
     return command + [f"--config.{k}={v}" for k, v in {**OVERRIDES, **changes}.items()]
 
 
-def test_sigkill_at_three_random_points_then_resume_reproduces_the_uninterrupted_run(finished, tmp_path):
+def test_sigkill_at_three_random_points_then_resume_reproduces_the_uninterrupted_run(finished, tmp_path,
+                                                                                    subprocess_env):
     """Three processes are SIGKILLed at seeded random points: a random moment (0-2 s) after a randomly
     chosen milestone (SFT saved, step n logged), wherever that lands: in a rollout, a learner step, a
     checkpoint write, an evaluation. A last run finishes; records, accuracy and summary must match."""
@@ -66,7 +74,8 @@ def test_sigkill_at_three_random_points_then_resume_reproduces_the_uninterrupted
     reached = {0: lambda: bool(Checkpointer(str(killed / "sft")).steps()) if (killed / "sft").is_dir() else False}
     kills = []
     for milestone in milestones:
-        proc = subprocess.Popen(_command(killed), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(_command(killed), cwd=REPO, env=subprocess_env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
         done = reached.get(milestone, lambda: len(read_steps(str(killed))) >= milestone)
         deadline = time.time() + 300
         while proc.poll() is None and not done() and time.time() < deadline:
@@ -126,10 +135,11 @@ def test_periodic_sft_checkpoints(tmp_path, monkeypatch):
     assert saved == list(range(1, 11))  # every step (partial), then the finished SFT at step 10
 
 
-def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
+def test_sigterm_checkpoints_and_exits_cleanly(tmp_path, subprocess_env):
     workdir = tmp_path / "terminated"
     command = _command(workdir, **{"rl.steps": 500, "checkpoint.every": 100})
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(command, cwd=REPO, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
     deadline = time.time() + 300
     while not os.path.exists(workdir / "steps.jsonl"):
         assert proc.poll() is None and time.time() < deadline
