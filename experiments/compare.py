@@ -9,6 +9,8 @@ budget over several seeds (`trace_jax.compare.runner.run_comparison`).
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/mech --study=mechanism
 
 Writes results.json, results.md and PNG plots under the workdir; re-running the same command resumes.
+With config.compare.results set (the `:powered` configs), every finished run's result files are kept
+there too and a fresh workdir resumes the grid from them; `--report_only` reports the runs finished so far.
 The last line printed is one JSON object: {"heldout_acc": {A: {"mean", "ci95"}}, "effective_ratio": {A: ..},
 "tokens_generated": {A: ..}}.
 """
@@ -30,13 +32,16 @@ flags.DEFINE_enum("unit", None, ["rollouts", "tokens"],
                   "tokens GRPO's M rollouts cost on the SFT policy; reports go to results_tokens.* / mechanism_tokens.*.")
 flags.DEFINE_list("seeds", None, "RL seeds (overrides config.compare.seeds), e.g. 0,1,2.")
 flags.DEFINE_list("allocators", None, "Allocators of the main comparison (overrides config.compare.allocators).")
+flags.DEFINE_bool("report_only", False, "Train nothing: report the runs finished so far (in the workdir or in "
+                  "config.compare.results), e.g. to commit a grid's progress.")
 
 
 def compare(config, workdir):
     from trace_jax.compare.runner import run_comparison
     return run_comparison(config, workdir, ablation=FLAGS.ablation, study=FLAGS.study, unit=FLAGS.unit,
                           seeds=None if FLAGS.seeds is None else tuple(int(s) for s in FLAGS.seeds),
-                          allocators=None if FLAGS.allocators is None else tuple(FLAGS.allocators))
+                          allocators=None if FLAGS.allocators is None else tuple(FLAGS.allocators),
+                          report_only=FLAGS.report_only)
 
 
 if __name__ == "__main__":

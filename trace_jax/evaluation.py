@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from trace_jax.envs.eval_sets import EvalGroup
 from trace_jax.envs.protocol import Env, Task
 from trace_jax.rollout.agent_loop import Policy, RolloutEngine
 
@@ -47,6 +48,24 @@ def task_outcomes(policy: Policy, env: Env, tasks: Sequence[Task], *, k: int = 1
         successes += [sum(leaf.success for leaf in tree.leaves()) for tree in trees]
     return TaskOutcomes(task_ids=tuple(t.id for t in tasks), difficulty=tuple(int(t.difficulty) for t in tasks),
                         successes=tuple(int(s) for s in successes), k=k)
+
+
+def grouped_outcomes(policy: Policy, groups: Sequence[EvalGroup], *, limit: int = 0, k: int = 1,
+                     greedy: bool = True, seed: int = 0) -> TaskOutcomes:
+    """`task_outcomes` over eval groups (each in its own environment), concatenated in order; `limit`
+    keeps the first that many tasks. Task i draws from seed + i's chunk as in one flat list."""
+    parts, offset = [], 0
+    for group in groups:
+        tasks = group.tasks[: limit - offset] if limit else group.tasks
+        if tasks:
+            parts.append(task_outcomes(policy, group.env, tasks, k=k, greedy=greedy, seed=seed + offset))
+        offset += len(tasks)
+        if limit and offset >= limit:
+            break
+    if not parts:
+        return TaskOutcomes((), (), (), 1 if greedy else k)
+    return TaskOutcomes(task_ids=sum((p.task_ids for p in parts), ()), difficulty=sum((p.difficulty for p in parts), ()),
+                        successes=sum((p.successes for p in parts), ()), k=parts[0].k)
 
 
 def _summary(name: str, per_task: np.ndarray, levels: np.ndarray) -> dict[str, float]:

@@ -19,7 +19,8 @@ from trace_jax.checkpointing import Checkpointer
 from trace_jax.envs import SOURCES, Limits
 from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.render import ChatRenderer, ReactRenderer
-from trace_jax.evaluation import accuracy, evaluate_policy, mean_of_k, task_outcomes, write_outcomes
+from trace_jax.envs.eval_sets import SEPARATE, EvalGroup, flat_tasks, separate_eval_set, split_eval_set
+from trace_jax.evaluation import accuracy, grouped_outcomes, mean_of_k, write_outcomes
 from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io, init_params
 from trace_jax.models.presets import get_preset
@@ -58,9 +59,23 @@ class Setup:
     source: object
     env: object
     sampling: SamplingParams
+    eval_groups: list[EvalGroup]
 
     def policy(self, params=None) -> Policy:
         return Policy(self.model_config, self.params if params is None else params, self.sampling, self.renderer)
+
+
+def _world(task: run_config.TaskSection):
+    """The task source and its environment, as the config builds them."""
+    source = _source(task)
+    return source, source.make_env(Limits(max_turns=task.max_turns, max_tokens=task.max_tokens))
+
+
+def _eval_groups(run: run_config.RunConfig, source, env) -> list[EvalGroup]:
+    if run.eval.split == SEPARATE:
+        return separate_eval_set(lambda seed: _world(dataclasses.replace(run.task, seed=seed)), source,
+                                 run.eval.num_tasks, seed=run.task.seed)
+    return split_eval_set(source, env, run.eval.split, run.eval.num_tasks)
 
 
 def _source(task: run_config.TaskSection):
@@ -96,7 +111,7 @@ def build(config, workdir: str) -> Setup:
     """Validates the config (failing before compute) and builds model, tokenizer, task source, env."""
     run = config if isinstance(config, run_config.RunConfig) else run_config.from_config_dict(config)
     os.makedirs(workdir, exist_ok=True)
-    source = _source(run.task)
+    source, env = _world(run.task)
     tokenizer = _tokenizer(run, source, workdir)
     if run.model.checkpoint:
         model_config, params = hf_io.load(run.model.checkpoint, dtype=run.model.param_dtype,
@@ -109,10 +124,10 @@ def build(config, workdir: str) -> Setup:
                                          f"{run.model.preset!r} has vocab_size {model_config.vocab_size}")
         params = init_params(model_config, run.seed)
         renderer = ReactRenderer(tokenizer)
-    env = source.make_env(Limits(max_turns=run.task.max_turns, max_tokens=run.task.max_tokens))
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p,
                               max_new_tokens=run.rl.max_new_tokens)
-    return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling)
+    return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling,
+                 _eval_groups(run, source, env))
 
 
 def train_tasks(setup: Setup) -> list:
@@ -122,9 +137,8 @@ def train_tasks(setup: Setup) -> list:
 
 
 def eval_tasks(setup: Setup) -> list:
-    """The held-out tasks evaluation scores (the configured split, its first `eval.num_tasks`)."""
-    tasks = setup.source.tasks(setup.run.eval.split)
-    return tasks[: setup.run.eval.num_tasks] if setup.run.eval.num_tasks else tasks
+    """The held-out tasks evaluation scores (`eval.split`, `eval.num_tasks`), in order."""
+    return flat_tasks(setup.eval_groups)
 
 
 MEAN_OF_K_SEED = 20261203  # one seed for every run's mean-of-k: the same random numbers per task in every arm
@@ -133,15 +147,16 @@ MEAN_OF_K_SEED = 20261203  # one seed for every run's mean-of-k: the same random
 def held_out(setup: Setup, params, *, outcomes_path: str | None = None) -> dict[str, float]:
     """Greedy accuracy on the eval tasks (+ pass@k and mean-of-k when configured); with `outcomes_path`,
     the per-task outcomes behind them are written there (JSON, `evaluation.read_outcomes`)."""
-    run, policy, tasks = setup.run, setup.policy(params), eval_tasks(setup)
-    greedy = task_outcomes(policy, setup.env, tasks, greedy=True)
+    run, policy, groups = setup.run, setup.policy(params), setup.eval_groups
+    greedy = grouped_outcomes(policy, groups, greedy=True)
     out = accuracy(greedy)
     outcomes = {"greedy": greedy}
     if run.eval.pass_k:
-        out.update(evaluate_policy(policy, setup.env, tasks, greedy=False, k=run.eval.pass_k, seed=run.seed))
+        out.update(accuracy(grouped_outcomes(policy, groups, greedy=False, k=run.eval.pass_k, seed=run.seed),
+                            f"pass@{run.eval.pass_k}"))
     if run.eval.sample_k:
-        sampled = task_outcomes(policy, setup.env, tasks[: run.eval.sample_tasks], greedy=False, k=run.eval.sample_k,
-                                seed=MEAN_OF_K_SEED)
+        sampled = grouped_outcomes(policy, groups, limit=run.eval.sample_tasks, greedy=False, k=run.eval.sample_k,
+                                   seed=MEAN_OF_K_SEED)
         out.update(mean_of_k(sampled))
         outcomes["sampled"] = sampled
     if outcomes_path and jax.process_index() == 0:

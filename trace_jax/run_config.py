@@ -15,6 +15,7 @@ import jax
 from trace_jax.allocation import ALLOCATORS, AllocatorConfig, BudgetConfig, default_advantage
 from trace_jax.allocation.predictor import PredictorConfig
 from trace_jax.envs import SOURCES
+from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
 from trace_jax.models.presets import PRESETS
 from trace_jax.registry import RegistryError
 from trace_jax.rl.advantages import ESTIMATORS, AdvantageConfig
@@ -107,7 +108,8 @@ class RLSection:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalSection:
     """Attributes:
-      split: held-out split.
+      split: held-out split of the training source ("test", "validation"), or "separate": num_tasks
+        questions from independent worlds of the same generator (`trace_jax.envs.eval_sets`).
       num_tasks: tasks evaluated (0 = all).
       pass_k: k of the sampled pass@k (0 = greedy accuracy only).
       sample_k: k of the sampled mean-of-k (mean success over k rollouts per task at rl.temperature,
@@ -300,8 +302,11 @@ def _check_consistency(run: RunConfig) -> None:
     if abs(run.loss.temperature - run.rl.temperature) > 1e-9:
         raise ConfigError(f"config fields 'loss.temperature'={run.loss.temperature} and 'rl.temperature'="
                           f"{run.rl.temperature} conflict: the learner must score tokens at the sampling temperature")
-    if run.eval.split not in ("train", "validation", "test"):
-        raise ConfigError(f"config field 'eval.split': unknown split {run.eval.split!r}")
+    if run.eval.split not in EVAL_SETS:
+        raise ConfigError(f"config field 'eval.split': unknown eval set {run.eval.split!r}; known {list(EVAL_SETS)}")
+    if run.eval.split == SEPARATE and not run.eval.num_tasks:
+        raise ConfigError("config field 'eval.num_tasks' must be set (> 0) with eval.split='separate': it is the "
+                          "number of questions the separate generator draws")
     devices = run.mesh.data * run.mesh.fsdp * run.mesh.tensor
     if devices > jax.device_count():
         raise ConfigError(f"config field 'mesh': data x fsdp x tensor = {devices} devices, but only "

@@ -35,9 +35,16 @@ def _run_dir(workdir, variant, seed):
 
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory):
+def results_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("results"))
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory, results_dir):
     workdir = str(tmp_path_factory.mktemp("compare"))
-    return workdir, run_comparison(_config(), workdir)
+    c = _config()
+    c.compare.results = results_dir
+    return workdir, run_comparison(c, workdir)
 
 
 def test_report_and_headline(compared):
@@ -49,8 +56,8 @@ def test_report_and_headline(compared):
         assert os.path.getsize(os.path.join(workdir, name)) > 0, name
     with open(os.path.join(workdir, "results.json")) as f:
         results = json.load(f)
-    assert [(r["variant"], r["seed"]) for r in results["runs"]] == [("grpo", 0), ("grpo", 1), ("trace", 0),
-                                                                    ("trace", 1)]
+    assert [(r["variant"], r["seed"]) for r in results["runs"]] == [("grpo", 0), ("trace", 0), ("grpo", 1),
+                                                                    ("trace", 1)]  # seed by seed
     for r in results["runs"]:
         assert r["ledger"]["rollouts_started"] == 2 * 8  # steps x M, audited per step
         assert r["eval"]["step"] == [0, 1, 2] and r["eval"]["rollouts"] == [0, 8, 16]
@@ -64,7 +71,11 @@ def test_report_and_headline(compared):
     # per-task outcomes of every run's final evaluation, paired with grpo's by seed and task
     trace_vs_grpo = results["paired_vs_grpo"]["greedy"]["trace"]
     assert trace_vs_grpo["seeds"] == 2 and trace_vs_grpo["eval_tasks"] == 8 and trace_vs_grpo["mdd"] >= 0
-    assert results["primary_endpoint"] == trace_vs_grpo
+    assert results["primary_endpoint"] == {**trace_vs_grpo, "framing": "equal rollouts", "task": "multihop"}
+    assert head["primary_endpoint"] == results["primary_endpoint"]
+    curves = results["curves"]["tokens"]  # accuracy against generated tokens, with bands and areas
+    assert set(curves) == {"grpo", "trace"} and len(curves["trace"]["x"]) == 3
+    assert curves["grpo"]["to_reference_final"] is not None and curves["trace"]["area"]["mean"] is not None
     assert trace_vs_grpo["ci95"][0] <= trace_vs_grpo["diff"] <= trace_vs_grpo["ci95"][1]
     assert os.path.exists(os.path.join(workdir, "shared", "eval", "step_0.json"))
     study = results["generalization"]["table"]
@@ -77,6 +88,40 @@ def test_report_and_headline(compared):
     with open(os.path.join(workdir, "results.md")) as f:
         text = f.read()
         assert "| trace |" in text and "| prompt_mean+scalars |" in text
+        assert "Learning curves against cost" in text and "Paired differences to grpo" in text
+
+
+def test_a_grid_resumes_from_its_results_directory_in_a_fresh_workdir(compared, results_dir, tmp_path,
+                                                                     monkeypatch):
+    """What a new machine does with the committed result files: the SFT is redone (same digest), every
+    finished run is read from the results directory, none is trained again; other SFT params are refused."""
+    workdir, head = compared
+    stored = sorted(os.path.relpath(p, results_dir) for p in glob.glob(os.path.join(results_dir, "runs", "*", "*")))
+    assert len(stored) == 4 and all(not glob.glob(os.path.join(results_dir, r, "checkpoints")) for r in stored)
+    assert os.path.exists(os.path.join(results_dir, "results.json")) and \
+        os.path.exists(os.path.join(results_dir, "shared", "eval", "step_0.json"))
+    from trace_jax import train
+    monkeypatch.setattr(train, "train_and_evaluate", lambda *a, **k: pytest.fail("trained a stored run again"))
+    c = _config()
+    c.compare.results = results_dir
+    fresh = str(tmp_path / "fresh")
+    assert run_comparison(c, fresh) == head
+    # report_only: the primary arms' extra seed is not run, only reported as missing
+    c.compare.primary_seeds = (0, 1, 2)
+    partial = run_comparison(c, fresh, report_only=True)
+    assert partial["heldout_acc"] == head["heldout_acc"]
+    # a stored grid made from other SFT params cannot be pooled with this one
+    with open(os.path.join(results_dir, "shared.json")) as f:
+        shared = json.load(f)
+    with open(os.path.join(results_dir, "shared.json"), "w") as f:
+        json.dump({**shared, "sft_digest": "0" * 64}, f)
+    try:
+        from trace_jax.run_config import ConfigError
+        with pytest.raises(ConfigError, match="started from SFT params with digest 0000000000000000"):
+            run_comparison(c, fresh, report_only=True)
+    finally:
+        with open(os.path.join(results_dir, "shared.json"), "w") as f:
+            json.dump(shared, f)
 
 
 def test_rerun_resumes_from_finished_runs(compared):

@@ -33,6 +33,7 @@ def _updated(update):
     ({"task.source": "chess"}, "task.source"),
     ({"mesh.data": 64}, "mesh"),
     ({"eval.split": "dev"}, "eval.split"),
+    ({"eval.split": "separate", "eval.num_tasks": 0}, "eval.num_tasks"),
     ({"allocator.prefixes": "none", "allocator.name": "grpo"}, "allocator.prefixes"),
     ({"allocator.roots": "all"}, "allocator.roots"),
     ({"allocator.stages": "roots"}, "allocator.stages"),

@@ -12,6 +12,7 @@ from trace_jax.allocation import ALLOCATORS, default_advantage
 from trace_jax.allocation.predictor import FEATURIZERS
 
 ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
+PRIMARY_ARMS = ("grpo", "trace")  # the primary endpoint is TRACE - GRPO
 
 # Each ablation: variant name -> config overrides ("section.field": value). Every variant spends the
 # same budget; the baselines in the stages table are the uniform cells of the paper's uniform/active table.
@@ -54,6 +55,11 @@ class CompareSection:
     """Attributes:
       allocators: the allocators of the main comparison.
       seeds: RL seeds; every (variant, seed) starts from the same SFT checkpoint.
+      primary_seeds: the seeds of the primary endpoint's arms (PRIMARY_ARMS: grpo and trace) when they
+        run more than the others (() = `seeds`).
+      results: a directory (say experiments/results/powered_math) that keeps every finished run's result
+        files, the shared evaluation of the SFT start and its params digest; a grid resumes from it on
+        another machine (`compare/results_store.py`). "" = the workdir only.
       ablation: "" for the main comparison, else a key of ABLATIONS (TRACE variants).
       generalization_steps: training steps of the predictor generalization study (0 skips it).
       generalization_prompts: held-out prompts (and as many seen ones) scored by that study.
@@ -80,6 +86,8 @@ class CompareSection:
 
     allocators: tuple[str, ...] = ALL_ALLOCATORS
     seeds: tuple[int, ...] = (0, 1, 2)
+    primary_seeds: tuple[int, ...] = ()
+    results: str = ""
     ablation: str = ""
     generalization_steps: int = 8
     generalization_prompts: int = 32
@@ -102,6 +110,8 @@ class CompareSection:
             raise ValueError(f"ablation {self.ablation!r} unknown; known {sorted(ABLATIONS)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds}")
+        if len(set(self.primary_seeds)) != len(self.primary_seeds):
+            raise ValueError(f"primary_seeds must be distinct, got {self.primary_seeds}")
         if self.study not in ("", "mechanism", "generalization"):
             raise ValueError(f"study must be '', 'mechanism' or 'generalization', got {self.study!r}")
         if self.study == "generalization" and self.generalization_steps < 1:
@@ -131,7 +141,7 @@ def split_config(config) -> tuple[CompareSection, dict]:
     for key in given:
         if key not in fields:
             raise run_config.ConfigError(f"config field 'compare.{key}' does not exist; compare has {sorted(fields)}")
-    for key in ("allocators", "seeds"):
+    for key in ("allocators", "seeds", "primary_seeds"):
         if key in given:
             given[key] = tuple(given[key])
     try:
@@ -189,11 +199,22 @@ def mechanism_variants(base: dict, compare: CompareSection) -> list[tuple[str, r
     return out
 
 
+def seeds_of(variant: Variant, compare: CompareSection) -> tuple[int, ...]:
+    """A variant's seeds: `primary_seeds` for the primary endpoint's arms when set, else `seeds`."""
+    if compare.primary_seeds and not compare.ablation and variant.name in PRIMARY_ARMS:
+        return compare.primary_seeds
+    return compare.seeds
+
+
 def validate(base: dict, compare: CompareSection) -> list[tuple[Variant, int, run_config.RunConfig]]:
-    """Every run of the grid as a validated RunConfig (fails before compute, naming the variant)."""
+    """Every run of the grid as a validated RunConfig (fails before compute, naming the variant), seed by
+    seed: a grid stopped part way has every variant on its first seeds."""
     runs = []
-    for variant in variants(compare):
-        for seed in compare.seeds:
+    chosen = variants(compare)
+    for seed in sorted({s for v in chosen for s in seeds_of(v, compare)}):
+        for variant in chosen:
+            if seed not in seeds_of(variant, compare):
+                continue
             try:
                 runs.append((variant, seed, run_config.from_config_dict(run_config_dict(base, variant, seed))))
             except run_config.ConfigError as e:

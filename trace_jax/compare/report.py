@@ -51,8 +51,11 @@ def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: l
 
     steps: the run's step records (audited: one per step); metric_lines: its metrics.jsonl (evaluations)."""
     by_step = steps_by_number(metric_lines)
-    rollouts = np.cumsum([r.ledger.rollouts_started for r in steps]).tolist()
-    tokens = np.cumsum([r.ledger.tokens_generated for r in steps]).tolist()
+    totals = {"rollouts": [r.ledger.rollouts_started for r in steps],
+              "tokens": [r.ledger.tokens_generated for r in steps],
+              "tokens_processed": [r.ledger.tokens_generated + r.ledger.tokens_prefilled for r in steps],
+              "tool_calls": [r.ledger.tool_calls for r in steps]}
+    totals = {axis: np.cumsum(per_step).tolist() for axis, per_step in totals.items()}
     evals = [(0, after_sft)] + [(s, by_step[s]["eval/accuracy"]) for s in sorted(by_step)
                                 if s > 0 and "eval/accuracy" in by_step[s]]
     per_step = per_step_curves(steps)
@@ -63,8 +66,7 @@ def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: l
         "tokens_generated": int(ledger.tokens_generated), "ledger": dataclasses.asdict(ledger),
         "wall_s": summary.get("wall_s"),
         "eval": {"step": [s for s, _ in evals], "accuracy": [a for _, a in evals],
-                 "rollouts": [0 if s == 0 else rollouts[s - 1] for s, _ in evals],
-                 "tokens": [0 if s == 0 else tokens[s - 1] for s, _ in evals]},
+                 **{axis: [0 if s == 0 else total[s - 1] for s, _ in evals] for axis, total in totals.items()}},
         "per_step": per_step,
     }
 
@@ -83,22 +85,40 @@ def aggregate(runs: list[dict]) -> dict[str, dict]:
 
 
 def paired_vs(reference: str, outcomes: dict[str, dict[int, np.ndarray]], *, seed: int = 0) -> dict[str, dict]:
-    """Every variant minus `reference` on per-task outcomes paired by seed and task: {variant:
-    PairedDifference JSON} (`outcomes`: variant -> seed -> per-task success). Variants without outcomes
-    for every seed of the reference are left out."""
+    """Every variant minus `reference` on per-task outcomes paired by seed and task, over the seeds both
+    have (the primary arms may have run more seeds than the others): {variant: PairedDifference JSON}
+    (`outcomes`: variant -> seed -> per-task success). Variants sharing no seed are left out."""
     from trace_jax.compare.paired import paired_bootstrap
 
     if reference not in outcomes:
         return {}
-    seeds = sorted(outcomes[reference])
     out = {}
     for variant, by_seed in outcomes.items():
-        if variant == reference or sorted(by_seed) != seeds:
+        seeds = sorted(set(by_seed) & set(outcomes[reference]))
+        if variant == reference or not seeds:
             continue
         a = np.stack([by_seed[s] for s in seeds])
         b = np.stack([outcomes[reference][s] for s in seeds])
         out[variant] = paired_bootstrap(a, b, seed=seed).to_json()
     return out
+
+
+def paired_markdown(paired: dict[str, dict[str, dict]], reference: str = "grpo") -> str:
+    """Each variant minus the reference on the same seeds and tasks (`paired_vs` per outcome kind)."""
+    def cell(d):
+        if d is None:
+            return "n/a | | "
+        return (f"{100 * d['diff']:+.1f} [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}] | "
+                f"{100 * d['mdd']:.1f} | {d['seeds']} x {d['eval_tasks']}")
+    variants = list(dict.fromkeys(v for kind in paired.values() for v in kind))
+    lines = [f"## Paired differences to {reference} (points; same seeds and tasks)", "",
+             "| allocator | greedy: diff [95% CI] | MDD (80% power) | seeds x tasks | mean-of-k: diff [95% CI] | "
+             "MDD | seeds x tasks |", "|---|---|---|---|---|---|---|"]
+    for v in variants:
+        lines.append(f"| {v} | {cell(paired.get('greedy', {}).get(v))} | {cell(paired.get('sampled', {}).get(v))} |")
+    lines += ["", "Two-level paired bootstrap over seeds and tasks (`compare/paired.py`); MDD: the smallest true "
+              "difference this design detects with 80% power at two-sided alpha 0.05."]
+    return "\n".join(lines) + "\n"
 
 
 def headline(summary: dict[str, dict]) -> dict:
@@ -172,7 +192,7 @@ def _num(x) -> str:
 
 
 def plots(runs: list[dict], outdir: str, generalization: dict | None = None, suffix: str = "") -> list[str]:
-    """PNG files: accuracy vs rollouts and vs tokens, effective ratio per step, trace calibration
+    """PNG files: effective ratio per step and trace calibration (accuracy against cost: `curves.plot`)
     (`suffix` names the framing: "" at equal rollouts, "_tokens" at equal tokens)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -187,19 +207,6 @@ def plots(runs: list[dict], outdir: str, generalization: dict | None = None, suf
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
-
-    for axis, label in (("rollouts", "rollouts spent"), ("tokens", "tokens generated")):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for v in variants:
-            mine = [r["eval"] for r in runs if r["variant"] == v]
-            x = np.mean([e[axis] for e in mine], axis=0)
-            acc = np.array([e["accuracy"] for e in mine])
-            err = [mean_ci95(col)["ci95"] or 0.0 for col in acc.T]
-            ax.errorbar(x, acc.mean(0), yerr=err, marker="o", capsize=3, label=v)
-        ax.set_xlabel(label)
-        ax.set_ylabel("held-out accuracy (mean over seeds, 95% CI)")
-        ax.legend(fontsize=7)
-        save(fig, f"accuracy_vs_{axis}.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for v in variants:

@@ -22,7 +22,7 @@ import numpy as np
 
 from trace_jax import experiment, run_config, train
 from trace_jax.allocation.predictor import FEATURIZERS
-from trace_jax.compare import audit, generalization, grid, mechanism, report
+from trace_jax.compare import audit, curves, generalization, grid, mechanism, report, results_store
 from trace_jax.compare.store import cached
 from trace_jax.evaluation import read_outcomes
 from trace_jax.metrics import MetricWriter, read_metrics
@@ -47,6 +47,15 @@ def _framing(budget) -> str:
         return "equal rollouts"
     return (f"equal measured tokens: {budget.tokens} per step of generated + {budget.prefill_weight} x prefilled, "
             "M re-planned each step by the token meter")
+
+
+def _seeds_text(seeds: dict[str, list[int]]) -> str:
+    groups: dict[tuple, list[str]] = {}
+    for variant, mine in seeds.items():
+        groups.setdefault(tuple(mine), []).append(variant)
+    if len(groups) == 1:
+        return str(list(next(iter(groups))))
+    return "; ".join(f"{', '.join(v)}: {list(s)}" for s, v in groups.items())
 
 
 def _link_shared(shared: str, run_dir: str) -> None:
@@ -149,8 +158,9 @@ def _mechanism(setup, params, base: dict, compare: grid.CompareSection, workdir:
 def run_comparison(config, workdir: str, *, ablation: str | None = None, study: str | None = None,
                    unit: str | None = None,
                    seeds: tuple[int, ...] | None = None,
-                   allocators: tuple[str, ...] | None = None) -> dict:
-    """Runs (or resumes) the comparison; returns the headline dict (also the last line printed)."""
+                   allocators: tuple[str, ...] | None = None, report_only: bool = False) -> dict:
+    """Runs (or resumes) the comparison; returns the headline dict (also the last line printed).
+    `report_only`: trains nothing; reports the runs finished so far (in the workdir or `compare.results`)."""
     t0 = time.time()
     compare, base = grid.split_config(config)
     overrides = {k: v for k, v in (("ablation", ablation), ("study", study), ("unit", unit), ("seeds", seeds),
@@ -188,6 +198,9 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
                         lambda: experiment.held_out(setup, params,
                                                     outcomes_path=os.path.join(shared, "eval", "step_0.json")))
     experiment.log(f"held-out after SFT: {after_sft}")
+    if compare.results:
+        results_store.check_shared(compare.results, shared, digest=results_store.params_digest(params),
+                                   sft_settings=sft_settings, after_sft=after_sft)
     predictor_study = None
     if compare.generalization_steps:
         experiment.banner("predictor generalization study")
@@ -218,10 +231,16 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         experiment.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
         _link_shared(shared, run_dir)
         summary_path = os.path.join(run_dir, "summary.json")
+        relative = os.path.relpath(run_dir, workdir)
+        if compare.results and results_store.restore_run(compare.results, relative, run_dir):
+            experiment.log(f"finished earlier, kept in {compare.results}")
         if os.path.exists(summary_path):
             with open(summary_path, encoding="utf-8") as f:
                 summary = json.load(f)
             experiment.log(f"finished earlier: {summary}")
+        elif report_only:
+            experiment.log("not run yet: left out of the report")
+            continue
         else:
             summary = train.train_and_evaluate(run, run_dir, after_sft=after_sft)
             # Each run jits fresh closures; without this, a long comparison accumulates compiled
@@ -235,6 +254,8 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
                 json.dump(summary, f)
         steps = read_steps(run_dir)
         ledger = audit.audit(f"{variant.name} seed {seed}", run, steps)
+        if compare.results:  # audited first: a ledger that fails is not kept
+            results_store.keep_run(compare.results, relative, run_dir)
         records.append(report.run_record(variant.name, seed, steps, read_metrics(run_dir), summary,
                                          after_sft["accuracy"], ledger))
         final = os.path.join(run_dir, "eval", f"step_{run.rl.steps}.json")
@@ -242,29 +263,42 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
             for kind, o in read_outcomes(final).items():
                 outcomes[kind].setdefault(variant.name, {})[seed] = np.asarray(o.successes, float) / o.k
 
+    if not records:
+        experiment.log("no finished runs to report")
+        return {"finished_runs": 0}
     summary = report.aggregate(records)
+    reference = next(iter(summary)) if compare.ablation else "grpo"
     paired = {kind: report.paired_vs("grpo", by_variant, seed=base_run.seed) for kind, by_variant in outcomes.items()}
+    cost_curves = curves.curves(records, reference=reference)
     suffix = grid.suffix(compare)
     b = runs[0][2].budget
+    seeds = {v: s["seeds"] for v, s in summary.items()}
     setting = (f"Task {base_run.task.source} (max difficulty {base_run.task.max_difficulty}), model preset "
                f"{base_run.model.preset}, {base_run.rl.steps} RL steps of M={b.rollouts} rollouts (B={b.prompts} "
-               f"prompts, C={b.candidates} candidates, {_framing(b)}), held-out split {base_run.eval.split} "
-               f"({len(experiment.eval_tasks(setup))} tasks, greedy), seeds {list(compare.seeds)}; every ledger "
-               f"audited against the budget. Wall time of the runs, summed: "
+               f"prompts, C={b.candidates} candidates, {_framing(b)}), held-out set {base_run.eval.split} "
+               f"({len(experiment.eval_tasks(setup))} tasks, greedy), seeds "
+               f"{_seeds_text(seeds)}; every ledger audited against the budget. Wall time of the runs, summed: "
                f"{sum(r['wall_s'] or 0 for r in records):.0f} s (this invocation: {time.time() - t0:.0f} s; a run's "
                f"wall time covers RL and its evaluations, the first run in a process also compiles).")
     title = f"Allocator comparison ({compare.ablation} ablation)" if compare.ablation else "Allocator comparison"
-    reference = next(iter(summary)) if compare.ablation else "grpo"
+    primary = paired["greedy"].get("trace")
+    if primary is not None:
+        primary = {**primary, "framing": _framing(b), "task": base_run.task.source}
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, f"results{suffix}.json"), "w", encoding="utf-8") as f:
+        written = [os.path.join(workdir, f"results{suffix}.json"), os.path.join(workdir, f"results{suffix}.md")]
+        with open(written[0], "w", encoding="utf-8") as f:
             json.dump({"setting": setting, "compare": dataclasses.asdict(compare), "after_sft": after_sft,
                        "summary": summary, "runs": records, "generalization": predictor_study,
-                       "paired_vs_grpo": paired,
-                       "primary_endpoint": paired["greedy"].get("trace")}, f, indent=1)
-        with open(os.path.join(workdir, f"results{suffix}.md"), "w", encoding="utf-8") as f:
+                       "paired_vs_grpo": paired, "curves": cost_curves, "primary_endpoint": primary}, f, indent=1)
+        with open(written[1], "w", encoding="utf-8") as f:
             f.write(report.markdown(summary, title=title, after_sft=after_sft["accuracy"], setting=setting,
                                     generalization=predictor_study, reference=reference))
-        for path in report.plots(records, workdir, predictor_study, suffix):
+            f.write("\n## Learning curves against cost\n\n" + curves.markdown(cost_curves, reference=reference))
+            if paired["greedy"] or paired["sampled"]:
+                f.write("\n" + report.paired_markdown(paired))
+        written += report.plots(records, workdir, predictor_study, suffix) + curves.plot(cost_curves, workdir, suffix)
+        if compare.results:
+            results_store.keep_report(compare.results, written)
+        for path in written:
             experiment.log(f"wrote {path}")
-        experiment.log(f"wrote {os.path.join(workdir, f'results{suffix}.md')}")
-    return report.headline(summary)
+    return {**report.headline(summary), "primary_endpoint": primary}

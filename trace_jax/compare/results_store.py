@@ -1,0 +1,97 @@
+"""A comparison's per-run result files, kept outside the workdir so a grid can be finished in several
+sittings, on another machine, from what was committed (`compare.results`, e.g.
+experiments/results/powered_math).
+
+Layout: `<results>/shared.json` (the digest of the SFT params every run started from, the SFT
+settings and its held-out result), `<results>/shared/eval/step_0.json` (its per-task outcomes) and
+`<results>/runs/<variant>/seed<k>-<settings hash>/` with each finished run's `summary.json`,
+`steps.jsonl`, `metrics.jsonl` and `eval/step_N.json`: everything the report reads, none of the
+checkpoints. A run found there is copied into the workdir and reported as finished; a stored grid
+made from other SFT params (a digest that differs) is refused, naming both digests.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+
+from trace_jax.run_config import ConfigError
+
+RUN_FILES = ("summary.json", "steps.jsonl", "metrics.jsonl")
+
+
+def params_digest(params) -> str:
+    """sha256 over every leaf's dtype, shape and bytes, in tree order."""
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(params):
+        a = np.asarray(jax.device_get(leaf))
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _files(run_dir: str) -> list[str]:
+    """The result files present, summary.json last: a copy cut short never looks finished."""
+    names = [n for n in RUN_FILES if os.path.exists(os.path.join(run_dir, n))]
+    evals = sorted(os.path.relpath(p, run_dir) for p in glob.glob(os.path.join(run_dir, "eval", "step_*.json")))
+    return [n for n in names if n != "summary.json"] + evals + [n for n in names if n == "summary.json"]
+
+
+def _copy(names: list[str], source: str, target: str) -> None:
+    for name in names:
+        os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
+        shutil.copyfile(os.path.join(source, name), os.path.join(target, name) + ".tmp")
+        os.replace(os.path.join(target, name) + ".tmp", os.path.join(target, name))
+
+
+def check_shared(results: str, workdir_shared: str, *, digest: str, sft_settings: dict, after_sft: dict) -> None:
+    """Records (first time) or checks that the stored grid started from these SFT params."""
+    path = os.path.join(results, "shared.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            stored = json.load(f)
+        if stored["sft_digest"] != digest:
+            raise ConfigError(f"the runs stored in {results} started from SFT params with digest "
+                              f"{stored['sft_digest'][:16]}..., but this workdir's SFT checkpoint has digest "
+                              f"{digest[:16]}... (settings {'equal' if stored['sft_settings'] == sft_settings else 'differ'}"
+                              "): their results cannot be pooled; use another results directory or the same SFT")
+        return
+    if jax.process_index() != 0:
+        return
+    os.makedirs(results, exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"sft_digest": digest, "sft_settings": sft_settings, "after_sft": after_sft}, f, indent=1)
+    os.replace(path + ".tmp", path)
+    step0 = os.path.join(workdir_shared, "eval", "step_0.json")
+    if os.path.exists(step0):
+        _copy(["eval/step_0.json"], workdir_shared, os.path.join(results, "shared"))
+
+
+def restore_run(results: str, relative: str, run_dir: str) -> bool:
+    """Copies a run finished in the results directory into `run_dir` (unless it finished there too)."""
+    stored = os.path.join(results, relative)
+    if not os.path.exists(os.path.join(stored, "summary.json")):
+        return False
+    if not os.path.exists(os.path.join(run_dir, "summary.json")):
+        _copy(_files(stored), stored, run_dir)
+    return True
+
+
+def keep_run(results: str, relative: str, run_dir: str) -> None:
+    """Copies a finished run's result files into the results directory (process 0)."""
+    if jax.process_index() == 0:
+        _copy(_files(run_dir), run_dir, os.path.join(results, relative))
+
+
+def keep_report(results: str, paths: list[str]) -> None:
+    """Copies the report files (results*.json/md, plots) into the results directory (process 0)."""
+    if jax.process_index() == 0:
+        os.makedirs(results, exist_ok=True)
+        for path in paths:
+            _copy([os.path.basename(path)], os.path.dirname(path), results)
