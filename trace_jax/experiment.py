@@ -144,21 +144,20 @@ def eval_tasks(setup: Setup) -> list:
 MEAN_OF_K_SEED = 20261203  # one seed for every run's mean-of-k: the same random numbers per task in every arm
 
 
-def held_out(setup: Setup, params, *, outcomes_path: str | None = None) -> dict[str, float]:
-    """Greedy accuracy on the eval tasks (+ pass@k and mean-of-k when configured); with `outcomes_path`,
-    the per-task outcomes behind them are written there (JSON, `evaluation.read_outcomes`)."""
+def held_out(setup: Setup, params, *, outcomes_path: str | None = None, sampled: bool = True) -> dict[str, float]:
+    """Greedy accuracy on the eval tasks (+ pass@k and mean-of-k when configured and `sampled`); with
+    `outcomes_path`, the per-task outcomes behind them are written there (`evaluation.read_outcomes`)."""
     run, policy, groups = setup.run, setup.policy(params), setup.eval_groups
     greedy = grouped_outcomes(policy, groups, greedy=True)
     out = accuracy(greedy)
     outcomes = {"greedy": greedy}
-    if run.eval.pass_k:
+    if run.eval.pass_k and sampled:
         out.update(accuracy(grouped_outcomes(policy, groups, greedy=False, k=run.eval.pass_k, seed=run.seed),
                             f"pass@{run.eval.pass_k}"))
-    if run.eval.sample_k:
-        sampled = grouped_outcomes(policy, groups, limit=run.eval.sample_tasks, greedy=False, k=run.eval.sample_k,
-                                   seed=MEAN_OF_K_SEED)
-        out.update(mean_of_k(sampled))
-        outcomes["sampled"] = sampled
+    if run.eval.sample_k and sampled:
+        outcomes["sampled"] = grouped_outcomes(policy, groups, limit=run.eval.sample_tasks, greedy=False,
+                                               k=run.eval.sample_k, seed=MEAN_OF_K_SEED)
+        out.update(mean_of_k(outcomes["sampled"]))
     if outcomes_path and jax.process_index() == 0:
         write_outcomes(outcomes_path, outcomes)
     return out

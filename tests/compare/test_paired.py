@@ -57,3 +57,28 @@ def test_mean_over_tasks_adds_variances():
 def test_bad_outcome_arrays_are_refused(a, b, match):
     with pytest.raises(ValueError, match=match):
         paired.paired_bootstrap(a, b)
+
+
+def test_the_primary_endpoint_script_pools_the_tasks_it_finds(tmp_path):
+    """experiments/primary_endpoint.py: per-task paired differences -> their mean; missing tasks named."""
+    import importlib.util
+    import json
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "primary_endpoint", os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "primary_endpoint.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    dirs = []
+    for task, diff, se in (("math", 0.04, 0.01), ("funcall", 0.01, 0.02)):
+        d = tmp_path / f"powered_{task}"
+        d.mkdir()
+        (d / "results_tokens.json").write_text(json.dumps({"primary_endpoint": {
+            "diff": diff, "ci95": [diff - 0.02, diff + 0.02], "standard_error": se, "mdd": 2.8 * se, "seeds": 8,
+            "eval_tasks": 1000, "task": task, "framing": "equal measured tokens"}}))
+        dirs.append(str(d))
+    dirs.append(str(tmp_path / "powered_multihop"))
+    out = script.endpoint(dirs)
+    assert set(out["tasks"]) == {"math", "funcall"} and len(out["missing"]) == 1
+    assert out["mean"]["diff"] == pytest.approx(0.025)
+    assert out["mean"]["standard_error"] == pytest.approx(np.sqrt(0.01 ** 2 + 0.02 ** 2) / 2)

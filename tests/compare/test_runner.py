@@ -100,8 +100,11 @@ def test_a_grid_resumes_from_its_results_directory_in_a_fresh_workdir(compared, 
     assert len(stored) == 4 and all(not glob.glob(os.path.join(results_dir, r, "checkpoints")) for r in stored)
     assert os.path.exists(os.path.join(results_dir, "results.json")) and \
         os.path.exists(os.path.join(results_dir, "shared", "eval", "step_0.json"))
-    from trace_jax import train
+    assert os.path.isdir(os.path.join(results_dir, "shared", "sft", "10")) and \
+        os.path.exists(os.path.join(results_dir, "shared", "tokenizer", "tokenizer.json"))
+    from trace_jax import experiment, train
     monkeypatch.setattr(train, "train_and_evaluate", lambda *a, **k: pytest.fail("trained a stored run again"))
+    monkeypatch.setattr(experiment, "sft_step", lambda *a, **k: pytest.fail("redid the stored SFT"))
     c = _config()
     c.compare.results = results_dir
     fresh = str(tmp_path / "fresh")

@@ -3,7 +3,9 @@ sittings, on another machine, from what was committed (`compare.results`, e.g.
 experiments/results/powered_math).
 
 Layout: `<results>/shared.json` (the digest of the SFT params every run started from, the SFT
-settings and its held-out result), `<results>/shared/eval/step_0.json` (its per-task outcomes) and
+settings and its held-out result), `<results>/shared/` (the SFT checkpoint's final step and the
+tokenizer: a few MB for the CPU presets, so a fresh workdir starts from the very same params instead
+of redoing SFT; `eval/step_0.json`, its per-task outcomes) and
 `<results>/runs/<variant>/seed<k>-<settings hash>/` with each finished run's `summary.json`,
 `steps.jsonl`, `metrics.jsonl` and `eval/step_N.json`: everything the report reads, none of the
 checkpoints. A run found there is copied into the workdir and reported as finished; a stored grid
@@ -71,6 +73,35 @@ def check_shared(results: str, workdir_shared: str, *, digest: str, sft_settings
     step0 = os.path.join(workdir_shared, "eval", "step_0.json")
     if os.path.exists(step0):
         _copy(["eval/step_0.json"], workdir_shared, os.path.join(results, "shared"))
+
+
+def restore_start(results: str, workdir_shared: str) -> bool:
+    """Copies the stored SFT checkpoint and tokenizer into a workdir that has none (before `build`)."""
+    stored = os.path.join(results, "shared")
+    if not os.path.isdir(os.path.join(stored, "sft")) or os.path.exists(os.path.join(workdir_shared, "sft")):
+        return False
+    if jax.process_index() == 0:
+        os.makedirs(workdir_shared, exist_ok=True)
+        for name in ("tokenizer", "sft"):
+            if os.path.isdir(os.path.join(stored, name)) and not os.path.exists(os.path.join(workdir_shared, name)):
+                shutil.copytree(os.path.join(stored, name), os.path.join(workdir_shared, name + ".tmp"))
+                os.replace(os.path.join(workdir_shared, name + ".tmp"), os.path.join(workdir_shared, name))
+    return True
+
+
+def keep_start(results: str, workdir_shared: str, sft_step: int) -> None:
+    """Copies the SFT checkpoint's step `sft_step` and the tokenizer into the results directory (once)."""
+    target = os.path.join(results, "shared")
+    if jax.process_index() != 0 or os.path.isdir(os.path.join(target, "sft")):
+        return
+    os.makedirs(target, exist_ok=True)
+    sources = {"tokenizer": os.path.join(workdir_shared, "tokenizer"),
+               os.path.join("sft", str(sft_step)): os.path.join(workdir_shared, "sft", str(sft_step))}
+    for name, source in sources.items():
+        if os.path.isdir(source) and not os.path.exists(os.path.join(target, name)):
+            os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
+            shutil.copytree(source, os.path.join(target, name) + ".tmp")
+            os.replace(os.path.join(target, name) + ".tmp", os.path.join(target, name))
 
 
 def restore_run(results: str, relative: str, run_dir: str) -> bool:

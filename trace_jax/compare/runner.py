@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from trace_jax import experiment, run_config, train
+from trace_jax.checkpointing import Checkpointer
 from trace_jax.allocation.predictor import FEATURIZERS
 from trace_jax.compare import audit, curves, generalization, grid, mechanism, report, results_store
 from trace_jax.compare.store import cached
@@ -186,6 +187,8 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         # 1 s threshold; caching them all cut a repeated 5-step run from 51 s to 39 s.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     experiment.banner("shared SFT checkpoint")
+    if compare.results and results_store.restore_start(compare.results, shared):
+        experiment.log(f"SFT checkpoint and tokenizer copied from {compare.results}/shared")
     setup = experiment.build(base_run, shared)
     try:
         params = experiment.warm_start(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
@@ -201,6 +204,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     if compare.results:
         results_store.check_shared(compare.results, shared, digest=results_store.params_digest(params),
                                    sft_settings=sft_settings, after_sft=after_sft)
+        results_store.keep_start(compare.results, shared, Checkpointer(os.path.join(shared, "sft")).latest_step())
     predictor_study = None
     if compare.generalization_steps:
         experiment.banner("predictor generalization study")
