@@ -177,7 +177,8 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     if compare.study:
         experiment.log(f"{compare.study} study (no training) on the shared SFT checkpoint, budget {base_run.budget}")
     else:
-        experiment.log(f"{len(runs)} runs: {len(grid.variants(compare))} variants x seeds {list(compare.seeds)}, "
+        seeds = {v.name: list(grid.seeds_of(v, compare)) for v in grid.variants(compare)}
+        experiment.log(f"{len(runs)} runs: {len(seeds)} variants, seeds {_seeds_text(seeds)}, "
                        f"{base_run.rl.steps} steps each at budget {base_run.budget}")
 
     shared = os.path.join(workdir, "shared")

@@ -1,7 +1,8 @@
 """Loaders for real data in the formats people already have, read from local paths only.
 
-HotpotQA JSON, Search-R1-style JSONL/Parquet (`question`, `golden_answers`) with a corpus JSONL
-(`id`, `contents`), GSM8K JSONL (`question`, `answer` ending in `#### N`), and the Berkeley
+HotpotQA JSON, Search-R1 / FlashRAG rows (`question`, `golden_answers`) and verl-style rows (`prompt`,
+`reward_model.ground_truth`) in JSONL/JSON/Parquet with a corpus JSONL (`id`, `contents`), GSM8K
+(`question`, `answer` ending in `#### N`, or verl rows), and the Berkeley
 Function Calling Leaderboard (question + function docs JSONL, `possible_answer/` ground truth).
 A bad row (invalid JSON or UTF-8, a missing or mistyped field) or an empty file raises `DataError`
 naming the file and line before any compute starts.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -125,25 +127,74 @@ def load_hotpotqa(path: str) -> tuple[list[Task], list[Document]]:
             if item[0] not in seen_titles:
                 seen_titles.add(item[0])
                 docs.append(Document(id=item[0], title=item[0], text=" ".join(map(str, item[1]))))
+        facts = row.get("supporting_facts", [])
+        if not isinstance(facts, list) or not all(isinstance(f, list) and f and isinstance(f[0], str) for f in facts):
+            raise DataError(f"{where}: field 'supporting_facts' should be a list of [title, sentence index]")
         level = row.get("level")
         if level is not None and (not isinstance(level, str) or level not in _LEVELS):
             raise DataError(f"{where}: field 'level' should be one of {sorted(_LEVELS)}, got {level!r}")
         tasks.append(Task(id=f"hotpotqa/{qid}", question=question, answers=(answer,),
                           difficulty=_LEVELS.get(level, 2), split=split_of(question),
-                          data={"type": row.get("type")}))
+                          data={"type": row.get("type"),
+                                "supporting_titles": list(dict.fromkeys(f[0] for f in facts))}))
     return tasks, docs
 
 
-def load_search_r1(path: str) -> list[Task]:
-    """Search-R1-style rows: `question` and `golden_answers` (list), optional `id`, `data_source`."""
-    tasks = []
-    for where, row in _rows(path):
+def _verl_question(row: dict, where: str) -> str:
+    """The question of a verl-style row: extra_info.question, else the last user message of `prompt`
+    (after its last 'Question:' marker, as Search-R1's processed files write it)."""
+    extra = row.get("extra_info") or {}
+    if isinstance(extra, dict) and isinstance(extra.get("question"), str):
+        return extra["question"]
+    prompt = row.get("prompt")
+    if hasattr(prompt, "tolist"):
+        prompt = prompt.tolist()
+    users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"] \
+        if isinstance(prompt, list) else []
+    if not users or not isinstance(users[-1], str):
+        raise DataError(f"{where}: a verl-style row needs 'prompt' as chat messages with a user message")
+    text = users[-1]
+    return text.rsplit("Question:", 1)[1].strip() if "Question:" in text else text.strip()
+
+
+def _verl_answers(row: dict, where: str) -> list[str]:
+    """reward_model.ground_truth: {"target": [answers]} (Search-R1), a list, or one string/number (GSM8K)."""
+    truth = (row.get("reward_model") or {}).get("ground_truth") if isinstance(row.get("reward_model"), dict) else None
+    if isinstance(truth, dict):
+        truth = truth.get("target")
+    if hasattr(truth, "tolist"):
+        truth = truth.tolist()
+    if isinstance(truth, (str, int, float)) and not isinstance(truth, bool):
+        truth = [str(truth)]
+    if not isinstance(truth, list) or not truth or not all(isinstance(a, (str, int, float)) for a in truth):
+        raise DataError(f"{where}: field 'reward_model.ground_truth' should be answers (a string, a list, or "
+                        f"{{'target': [...]}}), got {truth!r:.80}")
+    return [str(a) for a in truth]
+
+
+def qa_row(row: dict, where: str) -> tuple[str, list[str]]:
+    """(question, answers) of a FlashRAG row (`question`, `golden_answers`) or a verl-style row
+    (`prompt`, `reward_model.ground_truth`)."""
+    if "golden_answers" in row or ("question" in row and "reward_model" not in row):
         question = _field(row, "question", str, where)
         answers = row.get("golden_answers")
         if hasattr(answers, "tolist"):
             answers = answers.tolist()
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
             raise DataError(f"{where}: field 'golden_answers' should be a non-empty list of strings")
+        return question, answers
+    if "reward_model" in row or "prompt" in row:
+        return _verl_question(row, where), _verl_answers(row, where)
+    raise DataError(f"{where}: expected FlashRAG fields (question, golden_answers) or verl fields (prompt, "
+                    f"reward_model); the row has {sorted(row)}")
+
+
+def load_search_r1(path: str) -> list[Task]:
+    """Search-R1 / FlashRAG rows (`question`, `golden_answers`) or Search-R1's processed verl rows
+    (`prompt`, `reward_model.ground_truth.target`), JSONL, JSON or Parquet; optional `id`, `data_source`."""
+    tasks = []
+    for where, row in _rows(path):
+        question, answers = qa_row(row, where)
         tasks.append(Task(id=f"search_r1/{row.get('id', len(tasks))}", question=question, answers=tuple(answers),
                           split=split_of(question), data={"source": row.get("data_source")}))
     return tasks
@@ -163,14 +214,21 @@ def load_corpus(path: str) -> list[Document]:
 
 
 def load_gsm8k(path: str) -> list[Task]:
-    """GSM8K JSONL: {question, answer}, the answer's last line `#### N`."""
+    """GSM8K rows: {question, answer} with the answer's last line `#### N` (JSONL, as released), or
+    verl-style rows (`prompt`, `reward_model.ground_truth`, `extra_info.answer` the worked solution)."""
     tasks = []
-    for where, row in jsonl_rows(path):
-        question = _field(row, "question", str, where)
-        answer = _field(row, "answer", str, where)
-        if "####" not in answer:
-            raise DataError(f"{where}: field 'answer' has no '#### <number>' final line")
-        final = answer.rsplit("####", 1)[1].strip().replace(",", "")
+    for where, row in _rows(path):
+        if "reward_model" in row:
+            question, (final, *_) = qa_row(row, where)
+            extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+            answer = extra.get("answer") if isinstance(extra.get("answer"), str) else f"#### {final}"
+        else:
+            question = _field(row, "question", str, where)
+            answer = _field(row, "answer", str, where)
+            if "####" not in answer:
+                raise DataError(f"{where}: field 'answer' has no '#### <number>' final line")
+            final = answer.rsplit("####", 1)[1]
+        final = final.strip().replace(",", "")
         try:
             float(final)
         except ValueError:
@@ -190,9 +248,9 @@ def _bfcl_truth(gt: list, where: str) -> list[dict[str, dict[str, list]]]:
         if not isinstance(arguments, dict):
             raise DataError(f"{where}: ground truth of {name!r} should map arguments to lists of allowed values")
         for argument, allowed in arguments.items():
-            if not isinstance(allowed, list) or not allowed:
-                raise DataError(f"{where}: ground truth {name}.{argument} should be a non-empty list of allowed "
-                                f"values, got {allowed!r:.80}")
+            if not isinstance(allowed, list):  # [] occurs in the release: no value satisfies it there either
+                raise DataError(f"{where}: ground truth {name}.{argument} should be a list of allowed values, "
+                                f"got {allowed!r:.80}")
     return gt
 
 
@@ -225,14 +283,34 @@ def _bfcl_user_messages(turns: list, where: str) -> list[str]:
     return users
 
 
-def load_bfcl(directory: str, category: str = "simple") -> list[Task]:
-    """BFCL: `<dir>/BFCL_v3_<category>.json` (JSONL of {id, question, function}) and
-    `<dir>/possible_answer/BFCL_v3_<category>.json` (JSONL of {id, ground_truth}), checked up front:
-    string contents, well-formed function docs, ground truth naming documented functions."""
-    questions = os.path.join(directory, f"BFCL_v3_{category}.json")
-    answers_path = os.path.join(directory, "possible_answer", f"BFCL_v3_{category}.json")
+BFCL_SINGLE_TURN = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple",
+                    "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple", "irrelevance",
+                    "live_irrelevance")
+
+
+def bfcl_files(directory: str, category: str) -> tuple[str, str | None]:
+    """(questions, ground truth or None) for a category: the current release's `BFCL_v4_<category>.json`,
+    else the earlier `BFCL_v3_`; irrelevance categories have no ground truth (the right output is no call)."""
+    for version in ("v4", "v3"):
+        questions = os.path.join(directory, f"BFCL_{version}_{category}.json")
+        if os.path.exists(questions):
+            if "irrelevance" in category:
+                return questions, None
+            return questions, os.path.join(directory, "possible_answer", f"BFCL_{version}_{category}.json")
+    found = sorted(re.sub(r"^BFCL_v\d_|\.json$", "", n) for n in os.listdir(directory) if n.startswith("BFCL_")) \
+        if os.path.isdir(directory) else []
+    raise DataError(f"{directory}: no BFCL_v4_{category}.json or BFCL_v3_{category}.json; categories there: "
+                    f"{found or 'none (not a BFCL data directory)'}")
+
+
+def load_bfcl(directory: str, category: str = "simple_python") -> list[Task]:
+    """BFCL single-turn: `<dir>/BFCL_v4_<category>.json` (or `_v3_`; JSONL of {id, question, function})
+    and `<dir>/possible_answer/` the same name (JSONL of {id, ground_truth}; none for irrelevance, whose
+    ground truth is no call), checked up front: string contents, well-formed function docs, ground
+    truth naming documented functions."""
+    questions, answers_path = bfcl_files(directory, category)
     truth = {}
-    for where, row in jsonl_rows(answers_path):
+    for where, row in (jsonl_rows(answers_path) if answers_path else ()):
         truth[str(_field(row, "id", (str, int), where))] = (
             _bfcl_truth(_field(row, "ground_truth", list, where), where), where)
     tasks = []
@@ -241,22 +319,36 @@ def load_bfcl(directory: str, category: str = "simple") -> list[Task]:
         user = _bfcl_user_messages(_field(row, "question", list, where), where)
         functions = _field(row, "function", list, where)
         documented = _bfcl_functions(functions, where)
-        if qid not in truth:
+        if answers_path is None:
+            gt, truth_where = [], where
+        elif qid not in truth:
             raise DataError(f"{where}: id {qid!r} has no entry in {answers_path}")
-        gt, truth_where = truth[qid]
+        else:
+            gt, truth_where = truth[qid]
         undocumented = sorted({next(iter(e)) for e in gt} - documented)
         if undocumented:
             raise DataError(f"{truth_where}: ground truth of {qid!r} calls {undocumented}, which {where} does "
                             "not document")
         tasks.append(Task(id=f"bfcl/{qid}", question=user[-1], answers=(), difficulty=len(gt),
-                          split=split_of(user[-1]), data={"functions": functions, "ground_truth": gt}))
+                          split=split_of(user[-1]),
+                          data={"functions": functions, "ground_truth": gt, "category": category}))
     return tasks
 
 
-def bfcl_check(calls: list[Call], ground_truth: list[dict[str, dict[str, list]]]) -> bool:
-    """BFCL AST check: every ground-truth call is matched by a distinct model call, and no extra calls."""
+def bfcl_check(calls: list[Call], ground_truth: list[dict[str, dict[str, list]]],
+               functions: list[dict] | None = None) -> bool:
+    """BFCL AST check: every ground-truth call is matched by a distinct model call, and no extra calls;
+    given the function docs, as the official checker also every call's arguments must be documented
+    and its required ones present."""
     if len(calls) != len(ground_truth):
         return False
+    if functions is not None:
+        docs = {f["name"]: f.get("parameters", {}) for f in functions}
+        for c in calls:
+            params = docs.get(c.name)
+            if params is None or any(k not in params.get("properties", {}) for k in c.arguments) or \
+                    any(r not in c.arguments for r in params.get("required", [])):
+                return False
     remaining = list(calls)
     for entry in ground_truth:
         (name, allowed), = entry.items()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -118,27 +119,56 @@ def check_call(call: Call, docs: Sequence[Mapping[str, Any]]) -> None:
                             f"{MAX_NUMBER:g}")
 
 
-def _normalize(value):
+def _standard(value):
+    """BFCL's comparison form (its `standardize_string`): strings without spaces and ``,./-_*^``, lower case,
+    single quotes as double; integral floats as ints (a float parameter accepts an int); lists element-wise."""
     if isinstance(value, str):
-        return value.strip().lower()
+        return re.sub(r"[ ,./\-_*^]", "", value).lower().replace("'", '"')
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, list):
-        return [_normalize(v) for v in value]
+    if isinstance(value, (list, tuple)):
+        return [_standard(v) for v in value]
     return value
+
+
+def _is_pattern(option) -> bool:
+    return isinstance(option, Mapping) and all(isinstance(a, list) for a in option.values())
+
+
+def _dict_matches(value, pattern: Mapping[str, Sequence[Any]]) -> bool:
+    """A dict argument against BFCL's nested ground truth {key: [allowed values]}."""
+    if not isinstance(value, Mapping) or any(k not in pattern for k in value):
+        return False
+    return all((k in value and _standard(value[k]) in [_standard(a) for a in allowed]) or
+               (k not in value and "" in allowed) for k, allowed in pattern.items())
+
+
+def value_matches(value, allowed: Sequence[Any]) -> bool:
+    """Is `value` one of the allowed values, under BFCL's rules: standardised strings, nested dicts whose
+    keys carry their own allowed values, lists of such dicts element by element ("" = may be omitted)."""
+    for option in allowed:
+        if _is_pattern(option):
+            if _dict_matches(value, option):
+                return True
+        elif isinstance(option, list) and option and all(_is_pattern(o) for o in option):
+            if isinstance(value, list) and len(value) == len(option) and all(
+                    _dict_matches(v, o) for v, o in zip(value, option)):
+                return True
+        elif option != "" and _standard(value) == _standard(option):
+            return True
+    return False
 
 
 def matches(call: Call, gold: Mapping[str, Sequence[Any]], name: str) -> bool:
     """BFCL-style AST match: same function; each gold argument's value is among its allowed values
-    ("" allowed means the argument may be omitted); no argument outside the gold set."""
+    (`value_matches`; "" allowed means the argument may be omitted); no argument outside the gold set."""
     if call.name != name:
         return False
     for key, allowed in gold.items():
-        allowed = list(allowed)
         if key not in call.arguments:
             if "" not in allowed:
                 return False
             continue
-        if _normalize(call.arguments[key]) not in [_normalize(a) for a in allowed]:
+        if not value_matches(call.arguments[key], list(allowed)):
             return False
     return set(call.arguments) <= set(gold)
