@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
-from trace_jax.envs.loaders import BFCL_SINGLE_TURN, bfcl_check, load_bfcl  # noqa: E402
+from trace_jax.envs.loaders import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl  # noqa: E402
 from trace_jax.envs.tools.functions import Call  # noqa: E402
 
 flags.DEFINE_string("package", "/tmp/bfcl/pkg", "Directory holding the unpacked bfcl_eval package.")
@@ -60,26 +60,6 @@ def official_checker(package: str):
     load("bfcl_eval.constants.type_mappings", "constants", "type_mappings.py")
     checker = load("bfcl_eval.eval_checker.ast_eval.ast_checker", "eval_checker", "ast_eval", "ast_checker.py")
     return checker.ast_checker, enums.Language
-
-
-def _first(allowed: list, language: str):
-    """The first allowed value as a model would write it: nested dict patterns resolved the same way;
-    Java and JavaScript arguments are strings in BFCL's model outputs."""
-    value = next(v for v in allowed if v != "")
-    if isinstance(value, dict) and all(isinstance(a, list) for a in value.values()):
-        return {k: _first(a, language) for k, a in value.items() if any(v != "" for v in a)}
-    if isinstance(value, list) and value and all(isinstance(v, dict) and all(isinstance(a, list) for a in v.values())
-                                                 for v in value):
-        return [_first([v], language) for v in value]
-    return value if language == "python" or isinstance(value, str) else str(value)
-
-
-def _canonical(ground_truth: list[dict], language: str) -> list[dict]:
-    out = []
-    for entry in ground_truth:
-        (name, arguments), = entry.items()
-        out.append({name: {k: _first(a, language) for k, a in arguments.items() if any(v != "" for v in a)}})
-    return out
 
 
 def _perturbed(output: list[dict], kind: str, functions: list[dict]) -> list[dict] | None:
@@ -132,7 +112,7 @@ def agreement(package: str) -> dict:
                     c["official_pass"] += official
                     c["agree"] += ours == official
                 continue
-            canonical = _canonical(gt, language)
+            canonical = bfcl_canonical(gt, language)
             for kind in PERTURBATIONS:
                 output = _perturbed(canonical, kind, functions)
                 if output is None:

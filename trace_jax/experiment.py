@@ -18,6 +18,7 @@ from trace_jax import run_config
 from trace_jax.checkpointing import Checkpointer
 from trace_jax.envs import SOURCES, Limits
 from trace_jax.envs.oracle import run_episode
+from trace_jax.envs.tasks.datasets import DATASETS
 from trace_jax.envs.render import ChatRenderer, ReactRenderer
 from trace_jax.envs.eval_sets import SEPARATE, EvalGroup, flat_tasks, separate_eval_set, split_eval_set
 from trace_jax.evaluation import accuracy, grouped_outcomes, mean_of_k, write_outcomes
@@ -79,6 +80,12 @@ def _eval_groups(run: run_config.RunConfig, source, env) -> list[EvalGroup]:
 
 
 def _source(task: run_config.TaskSection):
+    if task.source in DATASETS:
+        source = DATASETS[task.source](train_path=task.train_path, test_path=task.test_path,
+                                       corpus_path=task.corpus_path, categories=task.categories)
+        if hasattr(source, "index"):
+            source.index.top_k, source.index.max_words = task.search_top_k, task.search_words
+        return source
     kwargs = {"num_questions": task.num_questions}
     if task.max_difficulty:
         kwargs[{"multihop": "max_hops", "math": "max_steps"}.get(task.source, "")] = task.max_difficulty

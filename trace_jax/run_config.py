@@ -15,6 +15,7 @@ import jax
 from trace_jax.allocation import ALLOCATORS, AllocatorConfig, BudgetConfig, default_advantage
 from trace_jax.allocation.predictor import PredictorConfig
 from trace_jax.envs import SOURCES
+from trace_jax.envs.tasks.datasets import DATASETS
 from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
 from trace_jax.models.presets import PRESETS
 from trace_jax.registry import RegistryError
@@ -47,12 +48,17 @@ class ModelSection:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TaskSection:
     """Attributes:
-      source: "multihop", "math" or "funcall".
+      source: a synthetic source ("multihop", "math", "funcall") or a dataset read from local files
+        ("gsm8k", "hotpotqa", "search_r1", "bfcl"; `trace_jax/envs/tasks/datasets.py`).
       seed: world/task generation seed.
       num_questions: synthetic questions generated (across splits).
       max_difficulty: hops/steps cap for the synthetic source (0 = the source default).
       max_turns, max_tokens: episode limits.
-      search_top_k, search_words: passages per search and words per passage (multihop).
+      search_top_k, search_words: passages per search and words per passage (multihop, hotpotqa, search_r1).
+      train_path: a dataset's training file (bfcl: the release's data directory).
+      test_path: its test file ("" = split the training file by question hash).
+      corpus_path: the retrieval corpus JSONL ({id, contents}; required for search_r1, optional for hotpotqa).
+      categories: bfcl's single-turn categories, comma-separated ("" = simple_python).
     """
 
     source: str = "multihop"
@@ -63,6 +69,10 @@ class TaskSection:
     max_tokens: int = 200
     search_top_k: int = 2
     search_words: int = 24
+    train_path: str = ""
+    test_path: str = ""
+    corpus_path: str = ""
+    categories: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -284,6 +294,30 @@ def _check_fields(run: RunConfig) -> None:
                           f"{run.budget.candidates} conflict: prompts are chosen among the candidates")
 
 
+def _check_dataset(task: TaskSection, evaluation: EvalSection) -> None:
+    """The files a dataset source reads exist (named before any compute); synthetic sources take none."""
+    given = {f"task.{k}": getattr(task, k) for k in ("train_path", "test_path", "corpus_path", "categories")}
+    if task.source in SOURCES:
+        extra = [k for k, v in given.items() if v]
+        if extra:
+            raise ConfigError(f"config field(s) {extra} apply to the dataset sources {sorted(DATASETS)}, not to "
+                              f"the synthetic source {task.source!r}")
+        return
+    if not task.train_path:
+        raise ConfigError(f"config field 'task.train_path' must name the training file of task.source="
+                          f"{task.source!r}" + (" (the release's data directory)" if task.source == "bfcl" else ""))
+    for key in ("task.train_path", "task.test_path", "task.corpus_path"):
+        if given[key] and not os.path.exists(given[key]):
+            raise ConfigError(f"config field '{key}': path {given[key]!r} does not exist")
+    if task.source == "search_r1" and not task.corpus_path:
+        raise ConfigError("config field 'task.corpus_path' must name the corpus JSONL for task.source='search_r1'")
+    if task.categories and task.source != "bfcl":
+        raise ConfigError("config field 'task.categories' applies to task.source='bfcl' only")
+    if evaluation.split == SEPARATE:
+        raise ConfigError(f"config field 'eval.split'='separate' needs a synthetic generator; task.source="
+                          f"{task.source!r} reads files: use 'test' (task.test_path) or 'validation'")
+
+
 def _check_consistency(run: RunConfig) -> None:
     if run.model.preset not in PRESETS and not run.model.checkpoint:
         raise ConfigError(f"config field 'model.preset': unknown preset {run.model.preset!r}; known {sorted(PRESETS)}")
@@ -294,8 +328,10 @@ def _check_consistency(run: RunConfig) -> None:
                         ("sft.data_path", run.sft.data_path)):
         if path and not os.path.exists(path):
             raise ConfigError(f"config field '{field}': path {path!r} does not exist")
-    if run.task.source not in SOURCES:
-        raise ConfigError(f"config field 'task.source': unknown source {run.task.source!r}; known {sorted(SOURCES)}")
+    if run.task.source not in SOURCES and run.task.source not in DATASETS:
+        raise ConfigError(f"config field 'task.source': unknown source {run.task.source!r}; known "
+                          f"{sorted(SOURCES) + sorted(DATASETS)}")
+    _check_dataset(run.task, run.eval)
     if not 1 <= run.task.max_turns <= MAX_TURNS:
         raise ConfigError(f"config field 'task.max_turns'={run.task.max_turns} must be in [1, {MAX_TURNS}] (every "
                           "turn of a branch draws its own sampling keys from a fixed per-branch range)")
@@ -320,13 +356,20 @@ SFT_SETTINGS = ("model", "task", "sft")
 RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "eval", "checkpoint", "mesh")
 
 
+# Fields added after runs were stored under `settings`: left out while they hold these values (which keep
+# the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
+ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": ""}
+
+
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:
     """`{"section.field": value}` for the given sections (all fields and the seed when None), as JSON
     would store it, so a stored copy compares equal."""
     flat = {"seed": run.seed} if sections is None else {}
     for name in sections or _SECTIONS:
         for field, value in dataclasses.asdict(getattr(run, name)).items():
-            flat[f"{name}.{field}"] = value
+            key = f"{name}.{field}"
+            if not (key in ADDED_FIELDS and value == ADDED_FIELDS[key]):
+                flat[key] = value
     return json.loads(json.dumps(flat))
 
 

@@ -335,6 +335,27 @@ def load_bfcl(directory: str, category: str = "simple_python") -> list[Task]:
     return tasks
 
 
+def _first_allowed(allowed: list, language: str):
+    value = next(v for v in allowed if v != "")
+    if isinstance(value, dict) and all(isinstance(a, list) for a in value.values()):
+        return {k: _first_allowed(a, language) for k, a in value.items() if any(v != "" for v in a)}
+    if isinstance(value, list) and value and all(
+            isinstance(v, dict) and all(isinstance(a, list) for a in v.values()) for v in value):
+        return [_first_allowed([v], language) for v in value]
+    return value if language == "python" or isinstance(value, str) else str(value)
+
+
+def bfcl_canonical(ground_truth: list[dict], language: str = "python") -> list[dict[str, dict]]:
+    """The ground truth written as a model would: each call with the first allowed value of every argument
+    that has one (optional ones left out, nested dict patterns resolved the same way; Java and JavaScript
+    values as strings, as BFCL's model outputs are). Arguments with no allowed value are left out."""
+    out = []
+    for entry in ground_truth:
+        (name, arguments), = entry.items()
+        out.append({name: {k: _first_allowed(a, language) for k, a in arguments.items() if any(v != "" for v in a)}})
+    return out
+
+
 def bfcl_check(calls: list[Call], ground_truth: list[dict[str, dict[str, list]]],
                functions: list[dict] | None = None) -> bool:
     """BFCL AST check: every ground-truth call is matched by a distinct model call, and no extra calls;

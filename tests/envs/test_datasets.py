@@ -1,0 +1,151 @@
+"""Dataset sources from tiny files in every real format: they load, split, run their oracle to success in
+their environment, are named before compute when a file is missing, and train end to end."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from configs import quickstart
+from trace_jax import train
+from trace_jax.envs.oracle import run_episode
+from trace_jax.envs.tasks.datasets import DATASETS
+from trace_jax.run_config import ConfigError, from_config_dict
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NAMES = ["Ada", "Bo", "Cyra", "Dev", "Esme", "Finn", "Gia", "Hugo", "Iris", "Jonas", "Kai", "Lena"]
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _files(tmp_path):
+    """{source: task fields} over tiny files in the formats the sources read."""
+    out = {}
+    gsm = [{"question": f"{n} has {i + 2} apples and buys {i + 3} more. How many apples does {n} have?",
+            "answer": f"{n} has {i + 2} + {i + 3} = <<{i + 2}+{i + 3}={2 * i + 5}>>{2 * i + 5} apples.\n#### {2 * i + 5}"}
+           for i, n in enumerate(NAMES)]
+    verl = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": r["question"] + " Let's think."}],
+             "reward_model": {"style": "rule", "ground_truth": r["answer"].rsplit("#### ", 1)[1]},
+             "extra_info": {"question": r["question"], "answer": r["answer"]}} for r in gsm[:4]]
+    pq.write_table(pa.Table.from_pylist(verl), tmp_path / "gsm8k_test.parquet")
+    out["gsm8k"] = {"train_path": _jsonl(tmp_path / "gsm8k_train.jsonl", gsm[4:]),
+                    "test_path": str(tmp_path / "gsm8k_test.parquet")}
+    hotpot = [{"_id": f"h{i}", "question": f"Which city was {n}'s mentor born in?", "answer": f"City{i}",
+               "type": "bridge", "level": "medium", "supporting_facts": [[f"{n}", 0], [f"Mentor{i}", 0]],
+               "context": [[f"{n}", [f"{n} was trained by Mentor{i}."]], [f"Mentor{i}", [f"Mentor{i} was born in City{i}."]]]}
+              for i, n in enumerate(NAMES)]
+    (tmp_path / "hotpot_train.json").write_text(json.dumps(hotpot))
+    out["hotpotqa"] = {"train_path": str(tmp_path / "hotpot_train.json")}
+    corpus = _jsonl(tmp_path / "wiki.jsonl", [{"id": str(i), "contents": f'"{n}"\n{n} founded Company{i} in {1900 + i}.'}
+                                              for i, n in enumerate(NAMES)])
+    flash = [{"id": f"train_{i}", "question": f"which company did {n} found?", "golden_answers": [f"Company{i}"]}
+             for i, n in enumerate(NAMES[:8])]
+    search_verl = [{"data_source": "nq", "prompt": [{"role": "user", "content": f"Answer the given question. Question: "
+                                                    f"which company did {n} found?\n"}],
+                    "reward_model": {"style": "rule", "ground_truth": {"target": [f"Company{i + 8}"]}},
+                    "extra_info": {"split": "test", "index": i}} for i, n in enumerate(NAMES[8:])]
+    pq.write_table(pa.Table.from_pylist(search_verl), tmp_path / "nq_test.parquet")
+    out["search_r1"] = {"train_path": _jsonl(tmp_path / "nq_train.jsonl", flash), "corpus_path": corpus,
+                        "test_path": str(tmp_path / "nq_test.parquet")}
+    bfcl = tmp_path / "bfcl"
+    (bfcl / "possible_answer").mkdir(parents=True)
+    doc = {"name": "calculate_area", "description": "Area of a rectangle.", "parameters": {"type": "dict", "properties": {
+        "width": {"type": "integer"}, "height": {"type": "integer"}, "unit": {"type": "string"}},
+        "required": ["width", "height"]}}
+    _jsonl(bfcl / "BFCL_v4_simple_python.json", [
+        {"id": f"simple_python_{i}", "question": [[{"role": "user", "content": f"Area of a {i + 1} by {i + 2} room?"}]],
+         "function": [doc]} for i in range(10)])
+    _jsonl(bfcl / "possible_answer" / "BFCL_v4_simple_python.json", [
+        {"id": f"simple_python_{i}", "ground_truth": [{"calculate_area": {"width": [i + 1], "height": [i + 2],
+                                                                           "unit": ["", "m"]}}]} for i in range(10)])
+    _jsonl(bfcl / "BFCL_v4_irrelevance.json", [
+        {"id": f"irrelevance_{i}", "question": [[{"role": "user", "content": f"Who won the {1990 + i} cup?"}]],
+         "function": [doc]} for i in range(4)])
+    out["bfcl"] = {"train_path": str(bfcl), "categories": "simple_python,irrelevance"}
+    return out
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return _files(tmp_path_factory.mktemp("data"))
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_sources_load_split_and_their_oracles_succeed(files, name):
+    source = DATASETS[name](**files[name])
+    every = [t for split in ("train", "validation", "test") for t in source.tasks(split)]
+    assert len({t.id for t in every}) == len(every) > 0
+    if "test_path" in files[name]:
+        assert len(source.tasks("test")) == 4 and all(t.id.startswith("test:") for t in source.tasks("test"))
+    env = source.make_env()
+    for task in every[:6]:
+        trajectory = run_episode(env, task, source.oracle(0.0))
+        assert trajectory.success, (task.id, trajectory.turns)
+
+
+def test_bfcl_irrelevance_succeeds_only_without_calls(files):
+    source = DATASETS["bfcl"](**files["bfcl"])
+    task = next(t for t in source.tasks("train") + source.tasks("test") + source.tasks("validation")
+                if not t.data["ground_truth"])
+    episode = source.make_env().start(task)
+    episode.step('Action: call[{"name": "calculate_area", "arguments": {"width": 1, "height": 2}}]')
+    assert not episode.step("Action: finish[done]").success
+
+
+def _config(name, fields, **overrides):
+    c = quickstart.get_config("runlocal")
+    c.task.source = name
+    for key, value in fields.items():
+        c.task[key] = value
+    c.sft.steps, c.sft.num_demos, c.sft.batch_size = 4, 8, 4
+    c.rl.steps, c.rl.eval_every, c.rl.max_new_tokens = 2, 0, 24
+    c.budget.update(rollouts=8, prompts=2, candidates=4)
+    c.eval.num_tasks = 4
+    c.checkpoint.every = 2
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".")
+        c[section][key] = value
+    return c
+
+
+def test_missing_files_and_misplaced_fields_are_named_before_compute(files, tmp_path):
+    with pytest.raises(ConfigError, match=r"'task\.train_path': path '/nope\.jsonl' does not exist"):
+        from_config_dict(_config("gsm8k", {"train_path": "/nope.jsonl"}))
+    with pytest.raises(ConfigError, match=r"'task\.corpus_path' must name the corpus"):
+        from_config_dict(_config("search_r1", {"train_path": files["search_r1"]["train_path"]}))
+    with pytest.raises(ConfigError, match=r"'task\.train_path' must name the training file"):
+        from_config_dict(_config("hotpotqa", {}))
+    with pytest.raises(ConfigError, match=r"apply to the dataset sources"):
+        from_config_dict(_config("math", {"train_path": files["gsm8k"]["train_path"]}))
+    with pytest.raises(ConfigError, match=r"needs a synthetic generator"):
+        from_config_dict(_config("gsm8k", files["gsm8k"], **{"eval.split": "separate", "eval.num_tasks": 10}))
+    with pytest.raises(ConfigError, match=r"known .*'gsm8k'"):
+        from_config_dict(_config("gsm8k8k", {}))
+
+
+@pytest.mark.parametrize("name", ["hotpotqa", "search_r1", "bfcl"])
+def test_two_rl_steps_on_each_dataset(files, name, tmp_path):
+    summary = train.train_and_evaluate(_config(name, files[name]), str(tmp_path))
+    assert summary["steps"] == 2 and 0.0 <= summary["acc_after_rl"] <= 1.0
+
+
+def test_two_rl_steps_from_the_command_line(files, tmp_path):
+    """experiments/train.py on GSM8K files (JSONL train, verl Parquet test), as a user types it."""
+    fields = files["gsm8k"]
+    command = [sys.executable, os.path.join(REPO, "experiments", "train.py"), "--config",
+               os.path.join(REPO, "configs", "quickstart.py") + ":runlocal", "--workdir", str(tmp_path),
+               "--config.task.source=gsm8k", f"--config.task.train_path={fields['train_path']}",
+               f"--config.task.test_path={fields['test_path']}", "--config.sft.steps=4", "--config.sft.num_demos=8",
+               "--config.rl.steps=2", "--config.rl.eval_every=0", "--config.eval.num_tasks=4",
+               "--config.budget.rollouts=8", "--config.budget.prompts=2", "--config.budget.candidates=4"]
+    out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 2

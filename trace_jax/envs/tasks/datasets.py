@@ -1,0 +1,172 @@
+"""Task sources read from the datasets people have (local files only; `envs/loaders.py` reads them):
+`gsm8k` (calculator), `hotpotqa` and `search_r1` (BM25 search over a corpus), `bfcl` (single-turn
+function calling, scored by the official BFCL rules).
+
+Splits: with a test file, its rows are the test split and the training file's rows whose question
+hashes to "validation" the validation split (a training row whose question is also a test question
+is dropped); without one, every row is split by its question's hash (`envs/splits.py`). Every source
+has an oracle, so the usual SFT warm start works: GSM8K replays the solution's `<<expr=value>>`
+calculator annotations, HotpotQA searches its supporting facts' titles, Search-R1 searches the
+question, BFCL writes the ground-truth calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any
+
+from trace_jax.envs.loaders import (BFCL_SINGLE_TURN, DataError, bfcl_canonical, bfcl_check, load_bfcl,
+                                    load_corpus, load_gsm8k, load_hotpotqa, load_search_r1)
+from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
+from trace_jax.envs.react import Action, format_action
+from trace_jax.envs.tasks.math import CalculatorEnv
+from trace_jax.envs.tasks.multihop import MultiHopEnv
+from trace_jax.envs.tools.functions import CallError, parse_call
+from trace_jax.envs.tools.search import SearchIndex
+
+_ANNOTATION = re.compile(r"<<([^=<>]+)=([^<>]*)>>")
+
+
+def _key(question: str) -> str:
+    return " ".join(question.lower().split())
+
+
+def with_splits(train: list[Task], test: list[Task]) -> list[Task]:
+    """Train rows (ids `train:...`) and test rows (`test:...`) in the three splits (see the module doc)."""
+    if not test:
+        return [dataclasses.replace(t, id=f"train:{t.id}") for t in train]
+    held = {_key(t.question) for t in test}
+    kept = [dataclasses.replace(t, id=f"train:{t.id}", split="validation" if t.split == "validation" else "train")
+            for t in train if _key(t.question) not in held]
+    return kept + [dataclasses.replace(t, id=f"test:{t.id}", split="test") for t in test]
+
+
+class GSM8KTasks(TaskSource):
+    """GSM8K (or verl-style GSM8K rows) with the calculator."""
+
+    name = "gsm8k"
+
+    def __init__(self, *, train_path: str, test_path: str = "", **_):
+        self._tasks = with_splits(load_gsm8k(train_path), load_gsm8k(test_path) if test_path else [])
+
+    def make_env(self, limits: Limits | None = None) -> CalculatorEnv:
+        return CalculatorEnv(limits or Limits(max_turns=10))
+
+    def oracle(self, mistake_rate: float = 0.0):
+        return GSM8KOracle()
+
+
+class GSM8KOracle:
+    """Computes each `<<expr=value>>` annotation of the solution, then gives the final number."""
+
+    def __call__(self, task: Task, episode: Episode, observation: str | None, rng) -> str:
+        steps = [e.strip() for e, _ in _ANNOTATION.findall(task.data.get("solution", ""))]
+        step = episode.turns
+        if step < len(steps):
+            return format_action("calculate", steps[step], f"Step {step + 1}: compute {steps[step]}.")
+        return format_action("finish", task.answers[0], "That is the final answer.")
+
+
+class SearchTasks(TaskSource):
+    """Question answering by BM25 search: HotpotQA (corpus from its contexts unless a corpus is given) or
+    Search-R1 / FlashRAG / verl rows (a corpus JSONL is required)."""
+
+    def __init__(self, name: str, *, train_path: str, test_path: str = "", corpus_path: str = "", **_):
+        self.name = name
+        if name == "hotpotqa":
+            train, docs = load_hotpotqa(train_path)
+            test, test_docs = load_hotpotqa(test_path) if test_path else ([], [])
+            if not corpus_path:
+                seen = {d.id for d in docs}
+                docs += [d for d in test_docs if d.id not in seen]
+        else:
+            if not corpus_path:
+                raise DataError("task.source='search_r1' needs task.corpus_path (a corpus JSONL of {id, contents})")
+            train, test = load_search_r1(train_path), load_search_r1(test_path) if test_path else []
+        if corpus_path:
+            docs = load_corpus(corpus_path)
+        self.index = SearchIndex(docs, top_k=3)
+        self._tasks = with_splits(train, test)
+
+    def make_env(self, limits: Limits | None = None) -> MultiHopEnv:
+        return MultiHopEnv(self.index, limits or Limits(max_turns=10))
+
+    def oracle(self, mistake_rate: float = 0.0):
+        return SearchOracle()
+
+
+class SearchOracle:
+    """Searches each supporting fact's title (HotpotQA) or the question itself, then answers."""
+
+    def __call__(self, task: Task, episode: Episode, observation: str | None, rng) -> str:
+        queries = task.data.get("supporting_titles") or [task.question]
+        step = episode.turns
+        if step < len(queries):
+            return format_action("search", queries[step], f"I need to find {queries[step]}.")
+        return format_action("finish", task.answers[0], f"So the answer is {task.answers[0]}.")
+
+
+class BFCLTasks(TaskSource):
+    """BFCL single-turn categories (`task.categories`, comma-separated; default simple_python) from the
+    release's data directory (`task.train_path`)."""
+
+    name = "bfcl"
+
+    def __init__(self, *, train_path: str, categories: str = "", **_):
+        chosen = [c.strip() for c in (categories or "simple_python").split(",") if c.strip()]
+        unknown = [c for c in chosen if c not in BFCL_SINGLE_TURN]
+        if unknown:
+            raise DataError(f"unknown BFCL categories {unknown}; the single-turn ones are {list(BFCL_SINGLE_TURN)}")
+        self._tasks = with_splits([t for c in chosen for t in load_bfcl(train_path, c)], [])
+
+    def make_env(self, limits: Limits | None = None) -> BFCLEnv:
+        return BFCLEnv(limits or Limits(max_turns=6))
+
+    def oracle(self, mistake_rate: float = 0.0):
+        return BFCLOracle()
+
+
+class BFCLEnv(Env):
+    """Each `call[...]` action is recorded (not executed: single-turn BFCL judges the calls themselves);
+    `finish[...]` ends the episode, which succeeds when the recorded calls pass `bfcl_check`."""
+
+    name = "bfcl"
+    tools = ("call",)
+
+    def system_prompt(self, task: Task) -> str:
+        return ("Answer the request by calling functions. Each turn, write a Thought and one Action. Tools: "
+                'call[{"name": ..., "arguments": {...}}] records one function call; finish[done] ends when every '
+                "needed call is made (finish without calls when no function fits). Functions: "
+                + json.dumps(task.data["functions"]))
+
+    def run_tool(self, task: Task, action: Action, episode: Episode) -> str:
+        try:
+            call = parse_call(action.argument)
+        except CallError as e:
+            return f"Error: {e}"
+        calls = episode.memory.setdefault("calls", [])
+        calls.append(call)
+        return f"Recorded call {len(calls)}: {call.name}"
+
+    def score(self, task: Task, answer: str, episode: Episode) -> tuple[float, dict[str, Any]]:
+        calls = episode.memory.get("calls", [])
+        ok = bfcl_check(calls, task.data["ground_truth"], task.data["functions"])
+        return float(ok), {"calls": len(calls)}
+
+
+class BFCLOracle:
+    """Writes the ground-truth calls (first allowed values), one per turn, then finishes."""
+
+    def __call__(self, task: Task, episode: Episode, observation: str | None, rng) -> str:
+        calls = bfcl_canonical(task.data["ground_truth"])
+        step = episode.turns
+        if step < len(calls):
+            (name, arguments), = calls[step].items()
+            return format_action("call", json.dumps({"name": name, "arguments": arguments}), f"I call {name}.")
+        return format_action("finish", "done", "Every needed call is made." if calls else "No function fits.")
+
+
+DATASETS = {"gsm8k": GSM8KTasks, "hotpotqa": lambda **kw: SearchTasks("hotpotqa", **kw),
+            "search_r1": lambda **kw: SearchTasks("search_r1", **kw), "bfcl": BFCLTasks}
