@@ -82,7 +82,8 @@ def _eval_groups(run: run_config.RunConfig, source, env) -> list[EvalGroup]:
 def _source(task: run_config.TaskSection):
     if task.source in DATASETS:
         source = DATASETS[task.source](train_path=task.train_path, test_path=task.test_path,
-                                       corpus_path=task.corpus_path, categories=task.categories)
+                                       corpus_path=task.corpus_path, categories=task.categories,
+                                       search_url=task.search_url)
         if hasattr(source, "index"):
             source.index.top_k, source.index.max_words = task.search_top_k, task.search_words
         return source

@@ -59,6 +59,8 @@ class TaskSection:
       test_path: its test file ("" = split the training file by question hash).
       corpus_path: the retrieval corpus JSONL ({id, contents}; required for search_r1, optional for hotpotqa).
       categories: bfcl's single-turn categories, comma-separated ("" = simple_python).
+      search_url: "" searches in-process with BM25; an http(s) URL sends the searches of hotpotqa/search_r1 to
+        a Search-R1-compatible retrieval server there (`trace_jax/envs/tools/retrieval.py`).
     """
 
     source: str = "multihop"
@@ -73,6 +75,7 @@ class TaskSection:
     test_path: str = ""
     corpus_path: str = ""
     categories: str = ""
+    search_url: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -296,7 +299,8 @@ def _check_fields(run: RunConfig) -> None:
 
 def _check_dataset(task: TaskSection, evaluation: EvalSection) -> None:
     """The files a dataset source reads exist (named before any compute); synthetic sources take none."""
-    given = {f"task.{k}": getattr(task, k) for k in ("train_path", "test_path", "corpus_path", "categories")}
+    given = {f"task.{k}": getattr(task, k) for k in ("train_path", "test_path", "corpus_path", "categories",
+                                                      "search_url")}
     if task.source in SOURCES:
         extra = [k for k, v in given.items() if v]
         if extra:
@@ -309,8 +313,13 @@ def _check_dataset(task: TaskSection, evaluation: EvalSection) -> None:
     for key in ("task.train_path", "task.test_path", "task.corpus_path"):
         if given[key] and not os.path.exists(given[key]):
             raise ConfigError(f"config field '{key}': path {given[key]!r} does not exist")
-    if task.source == "search_r1" and not task.corpus_path:
-        raise ConfigError("config field 'task.corpus_path' must name the corpus JSONL for task.source='search_r1'")
+    if task.source == "search_r1" and not task.corpus_path and not task.search_url:
+        raise ConfigError("config field 'task.corpus_path' must name the corpus JSONL for task.source='search_r1' "
+                          "(or task.search_url a retrieval server)")
+    if task.search_url and (task.source not in ("hotpotqa", "search_r1")
+                            or not task.search_url.startswith(("http://", "https://"))):
+        raise ConfigError(f"config field 'task.search_url'={task.search_url!r}: an http(s) URL, for the search "
+                          "sources hotpotqa and search_r1")
     if task.categories and task.source != "bfcl":
         raise ConfigError("config field 'task.categories' applies to task.source='bfcl' only")
     if evaluation.split == SEPARATE:
@@ -358,7 +367,8 @@ RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "eval", "checkpoint", "mesh")
 
 # Fields added after runs were stored under `settings`: left out while they hold these values (which keep
 # the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
-ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": ""}
+ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": "",
+                "task.search_url": ""}
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -126,6 +126,10 @@ def test_missing_files_and_misplaced_fields_are_named_before_compute(files, tmp_
         from_config_dict(_config("math", {"train_path": files["gsm8k"]["train_path"]}))
     with pytest.raises(ConfigError, match=r"needs a synthetic generator"):
         from_config_dict(_config("gsm8k", files["gsm8k"], **{"eval.split": "separate", "eval.num_tasks": 10}))
+    with pytest.raises(ConfigError, match=r"'task\.search_url'='ftp://x': an http\(s\) URL"):
+        from_config_dict(_config("hotpotqa", {**files["hotpotqa"], "search_url": "ftp://x"}))
+    assert from_config_dict(_config("search_r1", {"train_path": files["search_r1"]["train_path"],
+                                                  "search_url": "http://127.0.0.1:8000/retrieve"}))
     with pytest.raises(ConfigError, match=r"known .*'gsm8k'"):
         from_config_dict(_config("gsm8k8k", {}))
 

@@ -120,6 +120,10 @@ class Env(abc.ABC):
     def score(self, task: Task, answer: str, episode: Episode) -> tuple[float, dict[str, Any]]:
         """Reward in [0, 1] for a final answer, with diagnostics."""
 
+    def prefetch(self, texts: list[str]) -> None:
+        """Called with every live branch's new turn text before those turns are stepped, so an env can
+        batch their tool calls (one retrieval request per decode turn); the default does nothing."""
+
     def messages(self, task: Task) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.system_prompt(task)},
                 {"role": "user", "content": f"Question: {task.question}"}]

@@ -165,13 +165,16 @@ class RolloutEngine:
         p = self.policy
         observations: list[list[int]] = [[] for _ in branches]
         boundaries: dict[int, Node] = {}
+        texts = {i: p.renderer.decode_turn(gen.tokens[i, :int(gen.lengths[i])].tolist())
+                 for i in range(len(branches)) if live[i]}
+        self.env.prefetch(list(texts.values()))  # lets a retrieval server answer the whole turn in one request
         for i, branch in enumerate(branches):
             if not live[i]:
                 continue
             n = int(gen.lengths[i])
             tokens = gen.tokens[i, :n].tolist()
             tree = trees[branch.tree]
-            result = branch.episode.step(p.renderer.decode_turn(tokens), num_tokens=n)
+            result = branch.episode.step(texts[i], num_tokens=n)
             self.ledger.tokens_generated += n
             if "error" in result.info:
                 self.tool_errors[result.info["error"]] += 1

@@ -24,6 +24,7 @@ from trace_jax.envs.react import Action, format_action
 from trace_jax.envs.tasks.math import CalculatorEnv
 from trace_jax.envs.tasks.multihop import MultiHopEnv
 from trace_jax.envs.tools.functions import CallError, parse_call
+from trace_jax.envs.tools.retrieval import RetrievalClient
 from trace_jax.envs.tools.search import SearchIndex
 
 _ANNOTATION = re.compile(r"<<([^=<>]+)=([^<>]*)>>")
@@ -70,10 +71,12 @@ class GSM8KOracle:
 
 
 class SearchTasks(TaskSource):
-    """Question answering by BM25 search: HotpotQA (corpus from its contexts unless a corpus is given) or
-    Search-R1 / FlashRAG / verl rows (a corpus JSONL is required)."""
+    """Question answering by search: HotpotQA (corpus from its contexts unless a corpus is given) or
+    Search-R1 / FlashRAG / verl rows (a corpus JSONL is required), over in-process BM25 or, with
+    `search_url`, a retrieval server (`tools/retrieval.py`)."""
 
-    def __init__(self, name: str, *, train_path: str, test_path: str = "", corpus_path: str = "", **_):
+    def __init__(self, name: str, *, train_path: str, test_path: str = "", corpus_path: str = "", search_url: str = "",
+                 **_):
         self.name = name
         if name == "hotpotqa":
             train, docs = load_hotpotqa(train_path)
@@ -82,12 +85,14 @@ class SearchTasks(TaskSource):
                 seen = {d.id for d in docs}
                 docs += [d for d in test_docs if d.id not in seen]
         else:
-            if not corpus_path:
-                raise DataError("task.source='search_r1' needs task.corpus_path (a corpus JSONL of {id, contents})")
+            if not corpus_path and not search_url:
+                raise DataError("task.source='search_r1' needs task.corpus_path (a corpus JSONL of {id, contents}) "
+                                "or task.search_url (a retrieval server)")
             train, test = load_search_r1(train_path), load_search_r1(test_path) if test_path else []
-        if corpus_path:
-            docs = load_corpus(corpus_path)
-        self.index = SearchIndex(docs, top_k=3)
+        if search_url:
+            self.index = RetrievalClient(search_url, top_k=3)
+        else:
+            self.index = SearchIndex(load_corpus(corpus_path) if corpus_path else docs, top_k=3)
         self._tasks = with_splits(train, test)
 
     def make_env(self, limits: Limits | None = None) -> MultiHopEnv:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
-from trace_jax.envs.react import Action, format_action
+from trace_jax.envs.react import Action, format_action, parse_action
 from trace_jax.envs.scoring import exact_match, f1
 from trace_jax.envs.splits import split_of
 from trace_jax.envs.tools.search import Document, SearchIndex
@@ -195,6 +195,11 @@ class MultiHopEnv(Env):
         return ("Answer the question by searching a document collection. Each turn, write a Thought and "
                 "one Action. Tools: search[query] returns the top passages for the query; finish[answer] "
                 "gives the final answer (an entity name).")
+
+    def prefetch(self, texts: list[str]) -> None:
+        if hasattr(self.index, "prefetch"):  # a retrieval server: one request for the whole turn
+            actions = (parse_action(t, self.tools) for t in texts)
+            self.index.prefetch([a.argument for a in actions if isinstance(a, Action) and a.tool == "search"])
 
     def run_tool(self, task: Task, action: Action, episode: Episode) -> str:
         return self.index.search(action.argument)

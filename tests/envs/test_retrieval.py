@@ -1,0 +1,108 @@
+"""The retrieval-server backend against a small Search-R1-compatible server started here: the same passages
+as in-process BM25, one request per decode turn, and timeouts, server errors and bad answers turned into
+error observations without hanging."""
+
+import http.server
+import json
+import threading
+import time
+
+import pytest
+
+from trace_jax.envs.protocol import Limits, Task
+from trace_jax.envs.tasks.multihop import MultiHopEnv
+from trace_jax.envs.tools.retrieval import RetrievalClient
+from trace_jax.envs.tools.search import Document, SearchIndex
+
+DOCS = [Document(id=str(i), title=f"Person{i}", text=f"Person{i} was born in City{i} and founded Company{i}.")
+        for i in range(30)]
+INDEX = SearchIndex(DOCS, top_k=2, max_words_per_passage=8)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    mode = "ok"
+    requests: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(body)
+        if self.mode == "slow":
+            time.sleep(1.0)
+        if self.mode == "error":
+            self.send_response(500)
+            self.end_headers()
+            return
+        if self.mode == "garbage":
+            payload = b"<html>not json</html>"
+        else:
+            result = [[{"document": {"id": DOCS[d].id, "contents": f'"{DOCS[d].title}"\n{DOCS[d].text}'}, "score": s}
+                       for d, s in INDEX.retrieve(q, body["topk"])] for q in body["queries"]]
+            payload = json.dumps({"result": result}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def server():
+    _Handler.mode, _Handler.requests = "ok", []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/retrieve"
+    httpd.shutdown()
+
+
+def test_the_server_backend_gives_the_in_process_passages(server):
+    client = RetrievalClient(server, top_k=2, max_words_per_passage=8)
+    for query in ("Person3 born", "Company17 founder", "City5"):
+        assert client.search(query) == INDEX.search(query)
+    assert client.search("  ") == "Error: empty search query"
+
+
+def test_one_request_per_decode_turn(server):
+    client = RetrievalClient(server, top_k=2)
+    env = MultiHopEnv(client, Limits(max_turns=4))
+    task = Task(id="t", question="Where was Person3 born?", answers=("City3",))
+    episodes = [env.start(task) for _ in range(4)]
+    texts = [f"Thought: look.\nAction: search[Person{i} born]" for i in range(3)] + ["Action: finish[City3]"]
+    env.prefetch(texts)
+    results = [e.step(t) for e, t in zip(episodes, texts)]
+    assert len(_Handler.requests) == 1 and len(_Handler.requests[0]["queries"]) == 3
+    assert "City1" in results[1].observation and results[3].success
+
+
+def test_the_rollout_engine_prefetches_each_turn_once(tiny_setup, monkeypatch):
+    from trace_jax.rollout.agent_loop import RolloutEngine
+    calls = []
+    monkeypatch.setattr(type(tiny_setup.env), "prefetch", lambda self, texts: calls.append(list(texts)), raising=False)
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=0)
+    trees = engine.roots(tiny_setup.source.tasks("train")[:3])
+    engine.expand(trees, [(i, 0, 2) for i in range(3)])
+    assert calls and len(calls[0]) == 6 and all(isinstance(t, str) for t in calls[0])
+
+
+@pytest.mark.parametrize("mode,reason,attempts", [("slow", "unreachable", 2), ("error", "unreachable", 2),
+                                                  ("garbage", "malformed response", 1)])
+def test_failures_become_error_observations_without_hanging(server, mode, reason, attempts):
+    _Handler.mode = mode
+    client = RetrievalClient(server, timeout_s=0.3, retries=1, backoff_s=0.05)
+    env = MultiHopEnv(client, Limits(max_turns=4))
+    episode = env.start(Task(id="t", question="q", answers=("a",)))
+    start = time.time()
+    result = episode.step("Action: search[Person1]")
+    assert time.time() - start < 3.0
+    assert result.observation.startswith(f"Error: the retrieval server failed: {reason}")
+    assert result.info["error"] == "tool_error" and client.failures[reason] == 1
+    assert len(_Handler.requests) == attempts
+
+
+def test_an_unreachable_server_and_a_bad_url():
+    client = RetrievalClient("http://127.0.0.1:9/retrieve", timeout_s=0.3, retries=0)
+    assert client.search("x").startswith("Error: the retrieval server failed: unreachable")
+    with pytest.raises(ValueError, match="http:// or https://"):
+        RetrievalClient("file:///etc/passwd")
