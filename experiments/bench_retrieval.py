@@ -11,13 +11,11 @@ queries (`--batch`) in one request, as the rollout engine does. The last line is
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import resource
 import statistics
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,6 +24,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from trace_jax.envs.tools.retrieval import RetrievalClient  # noqa: E402
+from trace_jax.envs.tools.retrieval_server import serve  # noqa: E402
 from trace_jax.envs.tools.search import Document, SearchIndex  # noqa: E402
 
 flags.DEFINE_integer("passages", 1_000_000, "Synthetic passages in the corpus.")
@@ -47,27 +46,6 @@ def corpus(n: int, seed: int = 0) -> list[Document]:
     return [Document(id=str(i), title=f"T{i}", text=" ".join(row)) for i, row in enumerate(words)]
 
 
-def serve(index: SearchIndex) -> tuple[str, http.server.ThreadingHTTPServer]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            docs = index.documents
-            result = [[{"document": {"id": docs[d].id, "contents": f'"{docs[d].title}"\n{docs[d].text}'}, "score": s}
-                       for d, s in index.retrieve(q, body["topk"])] for q in body["queries"]]
-            payload = json.dumps({"result": result}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{httpd.server_address[1]}/retrieve", httpd
-
-
 def main(argv):
     del argv
     f = flags.FLAGS
@@ -81,7 +59,7 @@ def main(argv):
     index_mb = _rss_mb() - before
     rng = np.random.default_rng(1)
     queries = [" ".join(docs[int(i)].text.split()[:4]) for i in rng.integers(0, len(docs), f.queries)]
-    url, httpd = serve(index)
+    httpd, url = serve(index)
     client = RetrievalClient(url, top_k=3, timeout_s=60)
     rates = {"in_process": [], "server": []}
     for _ in range(f.repeats):

@@ -12,6 +12,7 @@ import pytest
 from trace_jax.envs.protocol import Limits, Task
 from trace_jax.envs.tasks.multihop import MultiHopEnv
 from trace_jax.envs.tools.retrieval import RetrievalClient
+from trace_jax.envs.tools.retrieval_server import response, serve
 from trace_jax.envs.tools.search import Document, SearchIndex
 
 DOCS = [Document(id=str(i), title=f"Person{i}", text=f"Person{i} was born in City{i} and founded Company{i}.")
@@ -32,12 +33,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_response(500)
             self.end_headers()
             return
-        if self.mode == "garbage":
-            payload = b"<html>not json</html>"
-        else:
-            result = [[{"document": {"id": DOCS[d].id, "contents": f'"{DOCS[d].title}"\n{DOCS[d].text}'}, "score": s}
-                       for d, s in INDEX.retrieve(q, body["topk"])] for q in body["queries"]]
-            payload = json.dumps({"result": result}).encode()
+        payload = b"<html>not json</html>" if self.mode == "garbage" else json.dumps(response(INDEX, body)).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -106,3 +102,15 @@ def test_an_unreachable_server_and_a_bad_url():
     assert client.search("x").startswith("Error: the retrieval server failed: unreachable")
     with pytest.raises(ValueError, match="http:// or https://"):
         RetrievalClient("file:///etc/passwd")
+
+
+def test_the_bundled_server_answers_bad_requests_with_400():
+    server, url = serve(INDEX)
+    try:
+        assert RetrievalClient(url, top_k=2, max_words_per_passage=8).search("Person3 born") == INDEX.search("Person3 born")
+        import urllib.error
+        import urllib.request
+        with pytest.raises(urllib.error.HTTPError, match="400"):
+            urllib.request.urlopen(urllib.request.Request(url, data=b'{"queries": "x"}'), timeout=5)
+    finally:
+        server.shutdown()
