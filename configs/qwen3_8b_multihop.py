@@ -10,13 +10,11 @@ downloaded. Add `--distributed` on multi-host TPU/GPU pods. Expected runtime: ho
 from trace_jax.config_files import config_args, default_config
 
 
-def get_config(arg: str | None = None, size: str = "8b"):
-    args = config_args(arg, values={"checkpoint": ""}, config=f"configs/qwen3_{size}_multihop.py")
+def paper_scale(checkpoint: str, size: str = "8b"):
+    """The defaults with the paper-scale model, learner, budget, evaluation and mesh settings."""
     c = default_config()
-    c.model.update(preset=f"qwen3-{size}", checkpoint=args["checkpoint"], param_dtype="bfloat16",
-                   dtype="bfloat16")
-    c.task.update(max_difficulty=4, max_turns=8, max_tokens=4096, search_top_k=3, search_words=100,
-                  num_questions=20000)
+    c.model.update(preset=f"qwen3-{size}", checkpoint=checkpoint, param_dtype="bfloat16", dtype="bfloat16")
+    c.task.update(max_turns=8, max_tokens=4096, search_top_k=3, search_words=100)
     c.sft.update(steps=0)  # instruction-tuned checkpoints act in ReAct directly
     c.rl.update(steps=200, max_new_tokens=512, eval_every=20)
     c.learner.update(learning_rate=1e-6, micro_batch=4)
@@ -24,4 +22,11 @@ def get_config(arg: str | None = None, size: str = "8b"):
     c.eval.update(num_tasks=1000, pass_k=4)
     c.checkpoint.keep = 3
     c.mesh.fsdp = 8
+    return c
+
+
+def get_config(arg: str | None = None, size: str = "8b"):
+    args = config_args(arg, values={"checkpoint": ""}, config=f"configs/qwen3_{size}_multihop.py")
+    c = paper_scale(args["checkpoint"], size)
+    c.task.update(max_difficulty=4, num_questions=20000)
     return c

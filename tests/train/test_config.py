@@ -152,3 +152,28 @@ def test_range_errors_state_the_allowed_range():
         from_config_dict(_updated({"rl.top_p": 0.0}))
     with pytest.raises(ConfigError, match="'seed'"):
         from_config_dict({**quickstart.get_config().to_dict(), "seed": -3})
+
+
+@pytest.mark.parametrize("name,arg,culprit", [
+    ("qwen3_8b_search_r1", "checkpoint={ckpt},train=/nope/train.parquet,corpus=/nope/wiki.jsonl",
+     r"'task\.train_path': path '/nope/train\.parquet' does not exist"),
+    ("qwen3_8b_gsm8k", "checkpoint=/nope/Qwen3-8B,train={file}", r"'model\.checkpoint': path '/nope/Qwen3-8B'"),
+    ("qwen3_8b_bfcl", "checkpoint={ckpt}", r"'task\.train_path' must name the training file of task\.source='bfcl'"),
+])
+def test_paper_configs_on_real_data_name_a_missing_file_before_compute(tmp_path, name, arg, culprit):
+    import importlib
+    (tmp_path / "train.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+    (tmp_path / "ckpt").mkdir()
+    config = importlib.import_module(f"configs.{name}").get_config(
+        arg.format(ckpt=tmp_path / "ckpt", file=tmp_path / "train.jsonl"))
+    with pytest.raises(run_config.ConfigError, match=culprit):
+        run_config.from_config_dict(config)
+
+
+def test_a_paper_config_with_its_files_validates(tmp_path):
+    from configs import qwen3_8b_gsm8k
+    (tmp_path / "train.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+    (tmp_path / "ckpt").mkdir()
+    run = run_config.from_config_dict(qwen3_8b_gsm8k.get_config(f"checkpoint={tmp_path / 'ckpt'},"
+                                                               f"train={tmp_path / 'train.jsonl'}"))
+    assert run.task.source == "gsm8k" and run.model.preset == "qwen3-8b" and run.mesh.fsdp == 8

@@ -1,0 +1,19 @@
+"""Qwen3-8B with TRACE on GSM8K with the calculator tool, for users with accelerators and weights.
+
+  python experiments/train.py --config configs/qwen3_8b_gsm8k.py:checkpoint=/data/Qwen3-8B,\
+train=/data/gsm8k/train.jsonl,test=/data/gsm8k/test.jsonl --workdir /data/runs/qwen3_8b_gsm8k
+
+Files: the released `train.jsonl` / `test.jsonl` (`{"question", "answer": "... #### 72"}`) or verl's
+GSM8K Parquet (`prompt`, `reward_model.ground_truth`); checked before compute. Expected runtime:
+hours on 8 H100s.
+"""
+
+from configs.qwen3_8b_multihop import paper_scale
+from trace_jax.config_files import config_args
+
+
+def get_config(arg: str | None = None):
+    args = config_args(arg, values={"checkpoint": "", "train": "", "test": ""}, config="configs/qwen3_8b_gsm8k.py")
+    c = paper_scale(args["checkpoint"])
+    c.task.update(source="gsm8k", train_path=args["train"], test_path=args["test"], max_turns=10)
+    return c

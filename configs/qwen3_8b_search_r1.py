@@ -1,0 +1,25 @@
+"""Qwen3-8B with TRACE on Search-R1's data (NQ + HotpotQA) over the 2018 Wikipedia corpus, for users with
+accelerators, weights and the files below (nothing is downloaded; every path is checked before compute).
+
+  python experiments/train.py --config configs/qwen3_8b_search_r1.py:checkpoint=/data/Qwen3-8B,\
+train=/data/nq_hotpotqa_train/train.parquet,test=/data/nq_hotpotqa_train/test.parquet,corpus=/data/wiki-18.jsonl \
+      --workdir /data/runs/qwen3_8b_search_r1
+
+Files: Search-R1's processed verl Parquet (`prompt`, `reward_model.ground_truth.target`, from its
+`scripts/data_process/qa_search_train_merge.py`) or FlashRAG JSONL (`question`, `golden_answers`), and
+the corpus JSONL (`{"id", "contents": "\\"Title\\"\\ntext"}`). `corpus=` may be replaced by
+`url=http://host:8000/retrieve` (a Search-R1 retrieval server, e.g. its e5 dense retriever). Plain
+ReAct actions until the `search_r1` action format lands (issue 17). Expected runtime: hours on 8 H100s.
+"""
+
+from configs.qwen3_8b_multihop import paper_scale
+from trace_jax.config_files import config_args
+
+
+def get_config(arg: str | None = None):
+    args = config_args(arg, values={"checkpoint": "", "train": "", "test": "", "corpus": "", "url": ""},
+                       config="configs/qwen3_8b_search_r1.py")
+    c = paper_scale(args["checkpoint"])
+    c.task.update(source="search_r1", train_path=args["train"], test_path=args["test"], corpus_path=args["corpus"],
+                  search_url=args["url"], max_turns=5)
+    return c
