@@ -20,6 +20,7 @@ from trace_jax.envs import SOURCES, Limits
 from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.tasks.datasets import DATASETS
 from trace_jax.envs.render import ChatRenderer, ReactRenderer
+from trace_jax.envs.formats import FORMATS
 from trace_jax.envs.eval_sets import SEPARATE, EvalGroup, flat_tasks, separate_eval_set, split_eval_set
 from trace_jax.evaluation import accuracy, grouped_outcomes, mean_of_k, write_outcomes
 from trace_jax.metrics import MetricWriter
@@ -69,7 +70,9 @@ class Setup:
 def _world(task: run_config.TaskSection):
     """The task source and its environment, as the config builds them."""
     source = _source(task)
-    return source, source.make_env(Limits(max_turns=task.max_turns, max_tokens=task.max_tokens))
+    env = source.make_env(Limits(max_turns=task.max_turns, max_tokens=task.max_tokens))
+    env.action_format = FORMATS[task.action_format]
+    return source, env
 
 
 def _eval_groups(run: run_config.RunConfig, source, env) -> list[EvalGroup]:
@@ -124,14 +127,15 @@ def build(config, workdir: str) -> Setup:
     if run.model.checkpoint:
         model_config, params = hf_io.load(run.model.checkpoint, dtype=run.model.param_dtype,
                                           compute_dtype=run.model.dtype)
-        renderer = ChatRenderer(tokenizer)
+        renderer = ChatRenderer.for_format(tokenizer, run.task.action_format)
     else:
         model_config = get_preset(run.model.preset, param_dtype=run.model.param_dtype, dtype=run.model.dtype)
         if len(tokenizer) > model_config.vocab_size:
             raise run_config.ConfigError(f"tokenizer has {len(tokenizer)} tokens but model preset "
                                          f"{run.model.preset!r} has vocab_size {model_config.vocab_size}")
         params = init_params(model_config, run.seed)
-        renderer = ReactRenderer(tokenizer)
+        renderer = (ReactRenderer(tokenizer) if run.task.action_format == "react"
+                    else ChatRenderer.for_format(tokenizer, run.task.action_format))
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p,
                               max_new_tokens=run.rl.max_new_tokens)
     return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling,

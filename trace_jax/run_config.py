@@ -15,6 +15,7 @@ import jax
 from trace_jax.allocation import ALLOCATORS, AllocatorConfig, BudgetConfig, default_advantage
 from trace_jax.allocation.predictor import PredictorConfig
 from trace_jax.envs import SOURCES
+from trace_jax.envs.formats import FORMATS
 from trace_jax.envs.tasks.datasets import DATASETS
 from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
 from trace_jax.models.presets import PRESETS
@@ -59,6 +60,8 @@ class TaskSection:
       test_path: its test file ("" = split the training file by question hash).
       corpus_path: the retrieval corpus JSONL ({id, contents}; required for search_r1, optional for hotpotqa).
       categories: bfcl's single-turn categories, comma-separated ("" = simple_python).
+      action_format: how the policy writes tool calls: "react" (`Action: tool[arg]`) or "hermes" (native
+        `<tool_call>` JSON of Qwen3/Hermes chat templates; needs a tokenizer whose template renders tools).
       search_url: "" searches in-process with BM25; an http(s) URL sends the searches of hotpotqa/search_r1 to
         a Search-R1-compatible retrieval server there (`trace_jax/envs/tools/retrieval.py`).
     """
@@ -76,6 +79,7 @@ class TaskSection:
     corpus_path: str = ""
     categories: str = ""
     search_url: str = ""
+    action_format: str = "react"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -337,6 +341,12 @@ def _check_consistency(run: RunConfig) -> None:
                         ("sft.data_path", run.sft.data_path)):
         if path and not os.path.exists(path):
             raise ConfigError(f"config field '{field}': path {path!r} does not exist")
+    if run.task.action_format not in FORMATS:
+        raise ConfigError(f"config field 'task.action_format': unknown format {run.task.action_format!r}; known "
+                          f"{sorted(FORMATS)}")
+    if run.task.action_format != "react" and not (run.model.checkpoint or run.model.tokenizer):
+        raise ConfigError(f"config field 'task.action_format'={run.task.action_format!r} needs a chat template: set "
+                          "model.checkpoint or model.tokenizer (the bundled tokenizer has none)")
     if run.task.source not in SOURCES and run.task.source not in DATASETS:
         raise ConfigError(f"config field 'task.source': unknown source {run.task.source!r}; known "
                           f"{sorted(SOURCES) + sorted(DATASETS)}")
@@ -368,7 +378,7 @@ RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "eval", "checkpoint", "mesh")
 # Fields added after runs were stored under `settings`: left out while they hold these values (which keep
 # the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
 ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": "",
-                "task.search_url": ""}
+                "task.search_url": "", "task.action_format": "react"}
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

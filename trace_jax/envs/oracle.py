@@ -1,4 +1,5 @@
-"""Running scripted agents (oracles) through an environment to record ReAct demonstrations.
+"""Running scripted agents (oracles) through an environment to record demonstrations (the oracles write
+ReAct; the env's action format rewrites each turn in its own syntax).
 
 An oracle policy is `policy(task, episode, last_observation, rng) -> turn text`; `run_episode`
 plays it to the end and returns the trajectory. The task modules define their oracles with a
@@ -25,6 +26,7 @@ class Trajectory:
     turns: list[tuple[str, str | None]]  # (assistant text, observation or None at the end)
     reward: float
     success: bool
+    tools: list[dict] | None = None  # the tool schemas a native-tool-calling format shows the model
 
 
 def run_episode(env: Env, task: Task, policy: Policy, *, seed: int = 0) -> Trajectory:
@@ -32,8 +34,9 @@ def run_episode(env: Env, task: Task, policy: Policy, *, seed: int = 0) -> Traje
     episode = env.start(task)
     observation = None
     while True:
-        text = policy(task, episode, observation, rng)
+        text = env.action_format.from_react(policy(task, episode, observation, rng), env)  # oracles write ReAct
         result = episode.step(text, num_tokens=len(text.split()))
         if result.done:
-            return Trajectory(task, env.messages(task), list(episode.history), result.reward, result.success)
+            return Trajectory(task, env.messages(task), list(episode.history), result.reward, result.success,
+                              env.action_format.tools(env, task))
         observation = result.observation

@@ -20,7 +20,8 @@ import dataclasses
 import logging
 from typing import Any
 
-from trace_jax.envs.react import Action, ParseError, parse_action
+from trace_jax.envs.formats import REACT
+from trace_jax.envs.react import Action, ParseError
 from trace_jax.envs.splits import check_split
 
 # info["error"] of a StepResult: the parser's kinds, a tool's own error message, and the last resorts.
@@ -104,6 +105,13 @@ class Env(abc.ABC):
     name: str = "env"
     tools: tuple[str, ...] = ()
     success_threshold: float = 1.0
+    # tool -> (its one string parameter, what it does): the schemas of formats with native tool calling
+    TOOL_DOCS: dict[str, tuple[str, str]] = {}
+    action_format = REACT  # how turns are written (`envs/formats.py`); set per run from task.action_format
+
+    @property
+    def TOOL_PARAMETERS(self) -> dict[str, str]:  # noqa: N802 (a constant view of TOOL_DOCS)
+        return {tool: parameter for tool, (parameter, _) in self.TOOL_DOCS.items()}
 
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
@@ -120,12 +128,22 @@ class Env(abc.ABC):
     def score(self, task: Task, answer: str, episode: Episode) -> tuple[float, dict[str, Any]]:
         """Reward in [0, 1] for a final answer, with diagnostics."""
 
+    def instructions(self, task: Task) -> str:
+        """The task's instructions without any action syntax (formats with native tool calling use these)."""
+        return self.system_prompt(task)
+
+    def tool_schemas(self, task: Task) -> list[dict]:
+        """JSON schemas of the tools (OpenAI / HF chat-template style) from TOOL_DOCS."""
+        return [{"type": "function", "function": {"name": tool, "description": doc, "parameters": {
+            "type": "object", "properties": {parameter: {"type": "string"}}, "required": [parameter]}}}
+            for tool, (parameter, doc) in self.TOOL_DOCS.items()]
+
     def prefetch(self, texts: list[str]) -> None:
         """Called with every live branch's new turn text before those turns are stepped, so an env can
         batch their tool calls (one retrieval request per decode turn); the default does nothing."""
 
     def messages(self, task: Task) -> list[dict[str, str]]:
-        return [{"role": "system", "content": self.system_prompt(task)},
+        return [{"role": "system", "content": self.action_format.system_prompt(self, task)},
                 {"role": "user", "content": f"Question: {task.question}"}]
 
     def start(self, task: Task) -> Episode:
@@ -155,7 +173,7 @@ class Episode:
         self.turns += 1
         self.tokens += int(num_tokens)
         limits = self.env.limits
-        parsed = parse_action(text, self.env.tools)
+        parsed = self.env.action_format.parse(text, self.env)
         if isinstance(parsed, Action) and parsed.tool == "finish":
             try:
                 reward, info = self.env.score(self.task, parsed.argument, self)
@@ -169,8 +187,12 @@ class Episode:
         if isinstance(parsed, ParseError):
             observation, info = f"Error: {parsed.message}", {"error": parsed.kind}
         else:
-            self.tool_calls += 1
-            observation, info = self._run_tool(parsed)
+            results = []
+            for action in parsed if isinstance(parsed, list) else [parsed]:  # several native tool calls: in order
+                self.tool_calls += 1
+                results.append(self._run_tool(action))
+            observation = "\n".join(o for o, _ in results)
+            info = next((i for _, i in results if "error" in i), results[-1][1])
         if len(observation) > limits.max_observation_chars:
             observation = observation[: limits.max_observation_chars] + " ...(truncated)"
         self.history.append((text, observation))

@@ -28,7 +28,10 @@ class ReactRenderer:
         self.end_of_turn = _end_of_turn_id(tokenizer)
         self.stop_ids = (self.end_of_turn,)
 
-    def prompt(self, messages: list[dict[str, str]]) -> list[int]:
+    def prompt(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
+        if tools:
+            raise ValueError("plain ReAct text has no tool schemas: native tool calling needs a chat template "
+                             "(ChatRenderer)")
         text = "\n\n".join(m["content"] for m in messages) + "\n"
         return self.tokenizer.encode(text, add_special_tokens=False)
 
@@ -48,15 +51,27 @@ class ChatRenderer(ReactRenderer):
 
     _PROBE = "\u2063probe\u2063"
 
-    def __init__(self, tokenizer, observation_role: str = "user"):
+    def __init__(self, tokenizer, observation_role: str = "user", observation_prefix: str = "Observation: "):
         super().__init__(tokenizer)
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("ChatRenderer needs a tokenizer with a chat template; use ReactRenderer")
-        self.observation_role = observation_role
+        self.observation_role, self.observation_prefix = observation_role, observation_prefix
         self._end_text = tokenizer.decode([self.end_of_turn])
 
-    def prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    @classmethod
+    def for_format(cls, tokenizer, action_format: str) -> ChatRenderer:
+        """hermes: results as `tool` messages (the template wraps them, e.g. in <tool_response>); the
+        template must render tools. react: observations as user messages."""
+        if action_format == "hermes":
+            if "tools" not in (getattr(tokenizer, "chat_template", None) or ""):
+                raise ValueError("action format 'hermes' needs a chat template that renders tools (its template "
+                                 "never mentions `tools`); use task.action_format='react'")
+            return cls(tokenizer, observation_role="tool", observation_prefix="")
+        return cls(tokenizer)
+
+    def prompt(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                                  add_generation_prompt=True)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def observation(self, text: str) -> list[int]:
@@ -64,7 +79,7 @@ class ChatRenderer(ReactRenderer):
         base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": self._PROBE}]
         before = self.tokenizer.apply_chat_template(base, tokenize=False)
         after = self.tokenizer.apply_chat_template(
-            base + [{"role": self.observation_role, "content": f"Observation: {text}"}], tokenize=False,
+            base + [{"role": self.observation_role, "content": f"{self.observation_prefix}{text}"}], tokenize=False,
             add_generation_prompt=True)
         cut = before.find(self._PROBE) + len(self._PROBE)
         cut = before.find(self._end_text, cut) + len(self._end_text)
@@ -75,7 +90,7 @@ class ChatRenderer(ReactRenderer):
 
 def render_trajectory(renderer: ReactRenderer, trajectory: Trajectory) -> tuple[list[int], list[bool]]:
     """(ids, trained mask) of a demonstration: assistant tokens trained, prompt and observations masked."""
-    ids = renderer.prompt(trajectory.messages)
+    ids = renderer.prompt(trajectory.messages, trajectory.tools)
     mask = [False] * len(ids)
     for text, observation in trajectory.turns:
         turn = renderer.assistant(text)

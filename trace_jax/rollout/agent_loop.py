@@ -89,7 +89,8 @@ class RolloutEngine:
     def roots(self, tasks: Sequence[Task]) -> list[RolloutTree]:
         """Prefills every prompt once; each tree's root is an anchor with its hidden state."""
         p = self.policy
-        prompts = [p.renderer.prompt(self.env.messages(task)) for task in tasks]
+        prompts = [p.renderer.prompt(self.env.messages(task), self.env.action_format.tools(self.env, task))
+                   for task in tasks]
         state = start(p.config, p.params, prompts, reserve=p.sampling.max_new_tokens)
         sid = self._store(state)
         hidden, pooled, lengths = jax.device_get((state.hidden, state.pooled, state.cache.lengths))

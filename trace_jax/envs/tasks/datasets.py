@@ -140,6 +140,13 @@ class BFCLEnv(Env):
     name = "bfcl"
     tools = ("call",)
 
+    def instructions(self, task: Task) -> str:
+        return ("Answer the request by calling the functions it needs (none when no function fits), then reply "
+                "done.")
+
+    def tool_schemas(self, task: Task) -> list[dict]:
+        return [{"type": "function", "function": f} for f in task.data["functions"]]
+
     def system_prompt(self, task: Task) -> str:
         return ("Answer the request by calling functions. Each turn, write a Thought and one Action. Tools: "
                 'call[{"name": ..., "arguments": {...}}] records one function call; finish[done] ends when every '

@@ -156,6 +156,12 @@ class FunctionCallingEnv(Env):
         super().__init__(limits)
         self.db, self.functions = db, functions or FUNCTIONS
 
+    def instructions(self, task: Task) -> str:
+        return "Answer the question by calling functions. The final answer is the value asked for."
+
+    def tool_schemas(self, task: Task) -> list[dict]:
+        return [{"type": "function", "function": f} for f in self.functions]
+
     def system_prompt(self, task: Task) -> str:
         return ("Answer the question by calling functions. Each turn, write a Thought and one Action. "
                 'Tools: call[{"name": ..., "arguments": {...}}] or call[name(arg=value)] runs a function; '

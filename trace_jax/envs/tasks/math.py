@@ -90,6 +90,10 @@ class CalculatorEnv(Env):
 
     name = "math"
     tools = ("calculate",)
+    TOOL_DOCS = {"calculate": ("expression", "Evaluates arithmetic: + - * / // % ** and parentheses.")}
+
+    def instructions(self, task: Task) -> str:
+        return "Solve the problem step by step with the calculator. The final answer is a number."
 
     def system_prompt(self, task: Task) -> str:
         return ("Solve the problem step by step. Each turn, write a Thought and one Action. Tools: "

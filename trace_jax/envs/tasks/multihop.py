@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
-from trace_jax.envs.react import Action, format_action, parse_action
+from trace_jax.envs.react import Action, format_action
 from trace_jax.envs.scoring import exact_match, f1
 from trace_jax.envs.splits import split_of
 from trace_jax.envs.tools.search import Document, SearchIndex
@@ -186,6 +186,7 @@ class MultiHopQA(TaskSource):
 class MultiHopEnv(Env):
     name = "multihop"
     tools = ("search",)
+    TOOL_DOCS = {"search": ("query", "Returns the top passages of the document collection for the query.")}
 
     def __init__(self, index: SearchIndex, limits: Limits | None = None):
         super().__init__(limits)
@@ -196,9 +197,13 @@ class MultiHopEnv(Env):
                 "one Action. Tools: search[query] returns the top passages for the query; finish[answer] "
                 "gives the final answer (an entity name).")
 
+    def instructions(self, task: Task) -> str:
+        return "Answer the question by searching a document collection. The final answer is an entity name."
+
     def prefetch(self, texts: list[str]) -> None:
         if hasattr(self.index, "prefetch"):  # a retrieval server: one request for the whole turn
-            actions = (parse_action(t, self.tools) for t in texts)
+            parsed = [self.action_format.parse(t, self) for t in texts]
+            actions = [a for p in parsed for a in (p if isinstance(p, list) else [p])]
             self.index.prefetch([a.argument for a in actions if isinstance(a, Action) and a.tool == "search"])
 
     def run_tool(self, task: Task, action: Action, episode: Episode) -> str:

@@ -1,0 +1,167 @@
+"""Action formats: hermes tool calls parse (several per turn, think blocks, malformed text as errors, never
+raising), oracle demonstrations are rewritten in the format and still succeed, and under a Qwen3-style
+chat template (tools, tool_call, tool_response, think) the ids trained are the ids sampled plus the
+observation deltas, whatever the template does when it re-renders history."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trace_jax.envs import SOURCES
+from trace_jax.envs.formats import FORMATS, HermesFormat
+from trace_jax.envs.oracle import run_episode
+from trace_jax.envs.protocol import Limits
+from trace_jax.envs.react import Action, ParseError
+from trace_jax.envs.render import ChatRenderer, render_trajectory
+
+HERMES = FORMATS["hermes"]
+
+# Qwen3's template, reduced to what matters here: tools in the system turn, tool results as <tool_response>
+# blocks in a user turn, and earlier assistant turns re-rendered without their <think> block.
+QWEN3_STYLE = (
+    "{%- if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+    "# Tools\n\nYou may call one or more functions.\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n"
+    "</tools>\nFor each function call, return a json object within <tool_call></tool_call> XML tags.<|im_end|>\n"
+    "{%- elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' %}\n<|im_start|>user\n{{ message.content }}<|im_end|>"
+    "{%- elif message.role == 'assistant' %}{% set content = message.content %}"
+    "{%- if '</think>' in content and not loop.last %}{% set content = content.split('</think>')[-1].lstrip() %}"
+    "{%- endif %}\n<|im_start|>assistant\n{{ content }}<|im_end|>"
+    "{%- elif message.role == 'tool' %}{% if loop.previtem.role != 'tool' %}\n<|im_start|>user{% endif %}"
+    "\n<tool_response>\n{{ message.content }}\n</tool_response>"
+    "{%- if loop.last or loop.nextitem.role != 'tool' %}<|im_end|>{% endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}\n<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def qwen3_tokenizer_dir(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from trace_jax.models.tokenizer import build_tokenizer
+    path = str(tmp_path_factory.mktemp("qwen3_style"))
+    build_tokenizer(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.chat_template = QWEN3_STYLE
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sources():
+    return {name: SOURCES[name](0, num_questions=80) for name in SOURCES}
+
+
+def _env(source, action_format="hermes"):
+    env = source.make_env(Limits(max_turns=10))
+    env.action_format = FORMATS[action_format]
+    return env
+
+
+def test_hermes_parses_calls_thinking_and_answers(sources):
+    env = _env(sources["multihop"])
+    call = '<tool_call>\n{"name": "search", "arguments": {"query": "Ensa Works"}}\n</tool_call>'
+    assert HERMES.parse("<think>find it</think>\n" + call, env) == Action("search", "Ensa Works")
+    two = HERMES.parse(call + "\n" + call.replace("Ensa", "Oslo"), env)
+    assert two == [Action("search", "Ensa Works"), Action("search", "Oslo Works")]
+    assert HERMES.parse("<think>so</think>\nKalomi Corp", env) == Action("finish", "Kalomi Corp")
+    assert HERMES.parse('<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"x\\"}"}</tool_call>', env) == \
+        Action("search", "x")
+    for text, kind in (("<tool_call>{oops}</tool_call>", "format"), ("<tool_call>{\"name\": \"search\"", "format"),
+                       ('<tool_call>{"name": "browse", "arguments": {}}</tool_call>', "unknown_tool"),
+                       ('<tool_call>{"name": "search", "arguments": {"q": 1}}</tool_call>', "format"),
+                       ("<think>only thinking</think>", "empty"), (call * 9, "too_long")):
+        parsed = HERMES.parse(text, env)
+        assert isinstance(parsed, ParseError) and parsed.kind == kind, (text, parsed)
+    funcall = _env(sources["funcall"])
+    action = HERMES.parse('<tool_call>{"name": "get_user_id", "arguments": {"name": "Ada Park"}}</tool_call>', funcall)
+    assert action.tool == "call" and json.loads(action.argument) == {"name": "get_user_id",
+                                                                     "arguments": {"name": "Ada Park"}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('<>/{}":, []tool_callthinkname argumentsquery\n\\x')), max_size=200))
+def test_hermes_never_raises(text):
+    env = _env(SOURCES["math"](0, num_questions=20))
+    parsed = HERMES.parse(text, env)
+    assert isinstance(parsed, (Action, ParseError, list))
+    env.start(SOURCES["math"](0, num_questions=20).tasks("train")[0]).step(text)
+
+
+def test_several_calls_in_one_turn_run_in_order(sources):
+    source = sources["math"]
+    env = _env(source)
+    episode = env.start(source.tasks("train")[0])
+    result = episode.step('<tool_call>{"name": "calculate", "arguments": {"expression": "2+3"}}</tool_call>'
+                          '<tool_call>{"name": "calculate", "arguments": {"expression": "2**-1"}}</tool_call>')
+    assert result.observation.split("\n") == ["5", "0.5"] and episode.tool_calls == 2
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_oracle_demonstrations_are_rewritten_and_still_succeed(sources, name):
+    source = sources[name]
+    env = _env(source)
+    for task in source.tasks("train")[:5]:
+        trajectory = run_episode(env, task, source.oracle(0.0))
+        assert trajectory.success, (task.id, trajectory.turns)
+        assert all("Action:" not in text for text, _ in trajectory.turns)
+        assert trajectory.tools == env.tool_schemas(task) and trajectory.tools
+        assert any("<tool_call>" in text for text, _ in trajectory.turns)
+
+
+def test_the_trained_ids_are_the_sampled_ids_under_a_qwen3_style_template(sources, qwen3_tokenizer_dir):
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir)
+    renderer = ChatRenderer.for_format(tokenizer, "hermes")
+    source = sources["multihop"]
+    env = _env(source)
+    task = next(t for t in source.tasks("train") if t.difficulty == 2)
+    trajectory = run_episode(env, task, source.oracle(0.0))
+    ids, mask = render_trajectory(renderer, trajectory)
+    prompt = renderer.prompt(trajectory.messages, trajectory.tools)
+    assert '"name": "search"' in tokenizer.decode(prompt) and "<tools>" in tokenizer.decode(prompt)
+    expected = list(prompt)
+    for text, observation in trajectory.turns:  # what the policy generated, then the observation delta
+        expected += renderer.assistant(text)
+        if observation is not None:
+            delta = renderer.observation(observation)
+            assert tokenizer.decode(delta).startswith("<|im_start|>user<tool_response>\n" + observation[:20])
+            assert tokenizer.decode(delta).endswith("</tool_response><|im_end|><|im_start|>assistant\n")
+            expected += delta
+    assert ids == expected and sum(mask) == sum(len(renderer.assistant(t)) for t, _ in trajectory.turns)
+    # re-rendering the whole conversation drops the earlier turns' <think> blocks: not what was sampled
+    messages = trajectory.messages + [m for text, obs in trajectory.turns for m in
+                                      ([{"role": "assistant", "content": text}] +
+                                       ([{"role": "tool", "content": obs}] if obs is not None else []))]
+    rerendered = tokenizer.apply_chat_template(messages, tools=trajectory.tools, tokenize=False)
+    assert "<think>" in tokenizer.decode(ids) and rerendered.count("<think>") < tokenizer.decode(ids).count("<think>")
+
+
+def test_hermes_needs_a_template_with_tools(tmp_path):
+    from transformers import AutoTokenizer
+
+    from trace_jax.models.tokenizer import build_tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(build_tokenizer(str(tmp_path)))  # the bundled template: no tools
+    with pytest.raises(ValueError, match="needs a chat template that renders tools"):
+        ChatRenderer.for_format(tokenizer, "hermes")
+
+
+def test_two_rl_steps_with_hermes_on_a_qwen3_style_template(qwen3_tokenizer_dir, tmp_path):
+    from configs import quickstart
+    from trace_jax import train
+    c = quickstart.get_config("runlocal")
+    c.task.source, c.task.action_format = "math", "hermes"
+    c.model.tokenizer = qwen3_tokenizer_dir
+    c.sft.steps, c.sft.num_demos, c.sft.batch_size, c.sft.max_len = 4, 8, 4, 1024
+    c.rl.steps, c.rl.eval_every, c.rl.max_new_tokens = 2, 0, 24
+    c.budget.update(rollouts=8, prompts=2, candidates=4)
+    c.eval.num_tasks, c.checkpoint.every = 4, 2
+    summary = train.train_and_evaluate(c, str(tmp_path))
+    assert summary["steps"] == 2
+
+
+def test_formats_are_a_registry():
+    assert set(FORMATS) == {"react", "hermes"} and isinstance(FORMATS["hermes"], HermesFormat)

@@ -1,0 +1,132 @@
+"""Action formats: how a policy writes its tool calls and final answer, as a registry (`task.action_format`).
+
+- `react` (default; the bundled tokenizer): `Thought: ... Action: tool[argument]`, `finish[answer]` ends.
+- `hermes`: the native tool calling of Qwen3 / Qwen2.5 / Hermes chat templates. The tools' JSON schemas
+  go to `apply_chat_template(..., tools=...)`; the model writes `<tool_call>{"name": ..., "arguments":
+  {...}}</tool_call>` (several per turn allowed, run in order), optionally after `<think>...</think>`;
+  results come back as one `tool`-role message; a turn without a tool call is the final answer.
+
+A format parses any text without raising (malformed text is a ParseError the episode turns into an
+error observation), and rewrites the oracles' ReAct demonstrations in its own syntax (`from_react`),
+so SFT demonstrations are written exactly as the policy is asked to write.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING
+
+from trace_jax.envs.react import MAX_ACTION_CHARS, Action, ParseError, format_action, parse_action
+
+if TYPE_CHECKING:
+    from trace_jax.envs.protocol import Env, Task
+
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_THOUGHT = re.compile(r"Thought:\s*(.*?)\s*\nAction", re.DOTALL)
+MAX_CALLS_PER_TURN = 8
+
+
+class ReactFormat:
+    name = "react"
+
+    def parse(self, text: str, env: Env) -> Action | ParseError:
+        return parse_action(text, env.tools)
+
+    def tools(self, env: Env, task: Task) -> None:
+        return None  # described in the system prompt
+
+    def system_prompt(self, env: Env, task: Task) -> str:
+        return env.system_prompt(task)
+
+    def from_react(self, text: str, env: Env) -> str:
+        return text
+
+
+class HermesFormat:
+    name = "hermes"
+
+    def parse(self, text: str, env: Env) -> Action | list[Action] | ParseError:
+        if not isinstance(text, str):
+            return ParseError("format", f"expected text, got {type(text).__name__}")
+        body = _THINK.sub("", text.replace("\x00", "")).strip()
+        if "<think>" in body:
+            body = body.split("<think>", 1)[0].strip()  # an unclosed think block: what precedes it counts
+        blocks = _TOOL_CALL.findall(body)
+        if not blocks:
+            if "<tool_call>" in body:
+                return ParseError("format", "unclosed <tool_call>: write <tool_call>{...}</tool_call>")
+            if not body:
+                return ParseError("empty", "empty answer: call a tool with <tool_call>{...}</tool_call> or "
+                                           "write the final answer")
+            return Action("finish", body[:MAX_ACTION_CHARS])
+        if len(blocks) > MAX_CALLS_PER_TURN:
+            return ParseError("too_long", f"{len(blocks)} tool calls in one turn; at most {MAX_CALLS_PER_TURN}")
+        actions = []
+        for block in blocks:
+            action = self._action(block.strip(), env)
+            if isinstance(action, ParseError):
+                return action
+            actions.append(action)
+        return actions[0] if len(actions) == 1 else actions
+
+    @staticmethod
+    def _action(block: str, env: Env) -> Action | ParseError:
+        if len(block) > MAX_ACTION_CHARS:
+            return ParseError("too_long", f"tool call longer than {MAX_ACTION_CHARS} characters")
+        try:
+            call = json.loads(block)
+        except (ValueError, RecursionError):
+            return ParseError("format", f"tool call is not JSON: {block[:80]!r}")
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return ParseError("format", 'a tool call is {"name": ..., "arguments": {...}}')
+        arguments = call.get("arguments", {})
+        if isinstance(arguments, str):  # some models write the arguments as a JSON string
+            try:
+                arguments = json.loads(arguments)
+            except (ValueError, RecursionError):
+                return ParseError("format", "tool call arguments are not JSON")
+        if not isinstance(arguments, dict):
+            return ParseError("format", "tool call arguments must be an object")
+        parameter = env.TOOL_PARAMETERS.get(call["name"])
+        if call["name"] in env.tools and parameter:
+            value = arguments.get(parameter)
+            if not isinstance(value, str):
+                return ParseError("format", f"{call['name']} takes a string argument {parameter!r}")
+            return Action(call["name"], value)
+        if "call" in env.tools:  # function-calling envs: every documented function is a tool
+            return Action("call", json.dumps({"name": call["name"], "arguments": arguments}))
+        return ParseError("unknown_tool", f"unknown tool {call['name']!r}; available: {', '.join(env.tools)}")
+
+    def tools(self, env: Env, task: Task) -> list[dict]:
+        return env.tool_schemas(task)
+
+    def system_prompt(self, env: Env, task: Task) -> str:
+        return (env.instructions(task) + " Think inside <think></think> if useful, call tools with "
+                "<tool_call></tool_call>, and write the final answer as plain text without a tool call.")
+
+    def from_react(self, text: str, env: Env) -> str:
+        """An oracle's ReAct turn in this syntax (a malformed one stays as written: still malformed here)."""
+        action = parse_action(text, env.tools)
+        if not isinstance(action, Action):
+            return text
+        thought = _THOUGHT.search(text)
+        think = f"<think>{thought.group(1)}</think>\n" if thought and thought.group(1) else ""
+        if action.tool == "finish":
+            return think + action.argument
+        if action.tool == "call":
+            try:
+                from trace_jax.envs.tools.functions import CallError, parse_call
+                call = parse_call(action.argument)
+                payload = {"name": call.name, "arguments": call.arguments}
+            except CallError:
+                return text
+        else:
+            payload = {"name": action.tool, "arguments": {env.TOOL_PARAMETERS[action.tool]: action.argument}}
+        return think + "<tool_call>\n" + json.dumps(payload) + "\n</tool_call>"
+
+
+FORMATS = {"react": ReactFormat(), "hermes": HermesFormat()}
+REACT = FORMATS["react"]
+__all__ = ["FORMATS", "REACT", "HermesFormat", "ReactFormat", "format_action"]
