@@ -134,8 +134,8 @@ def build(config, workdir: str) -> Setup:
             raise run_config.ConfigError(f"tokenizer has {len(tokenizer)} tokens but model preset "
                                          f"{run.model.preset!r} has vocab_size {model_config.vocab_size}")
         params = init_params(model_config, run.seed)
-        renderer = (ReactRenderer(tokenizer) if run.task.action_format == "react"
-                    else ChatRenderer.for_format(tokenizer, run.task.action_format))
+        renderer = (ChatRenderer.for_format(tokenizer, run.task.action_format)
+                    if FORMATS[run.task.action_format].needs_chat_template else ReactRenderer(tokenizer))
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p,
                               max_new_tokens=run.rl.max_new_tokens)
     return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling,

@@ -344,7 +344,7 @@ def _check_consistency(run: RunConfig) -> None:
     if run.task.action_format not in FORMATS:
         raise ConfigError(f"config field 'task.action_format': unknown format {run.task.action_format!r}; known "
                           f"{sorted(FORMATS)}")
-    if run.task.action_format != "react" and not (run.model.checkpoint or run.model.tokenizer):
+    if FORMATS[run.task.action_format].needs_chat_template and not (run.model.checkpoint or run.model.tokenizer):
         raise ConfigError(f"config field 'task.action_format'={run.task.action_format!r} needs a chat template: set "
                           "model.checkpoint or model.tokenizer (the bundled tokenizer has none)")
     if run.task.source not in SOURCES and run.task.source not in DATASETS:

@@ -30,6 +30,7 @@ MAX_CALLS_PER_TURN = 8
 
 class ReactFormat:
     name = "react"
+    needs_chat_template = False  # plain text: any tokenizer (the bundled one included)
 
     def parse(self, text: str, env: Env) -> Action | ParseError:
         return parse_action(text, env.tools)
@@ -46,6 +47,7 @@ class ReactFormat:
 
 class HermesFormat:
     name = "hermes"
+    needs_chat_template = True  # the tools' schemas are rendered by the tokenizer's chat template
 
     def parse(self, text: str, env: Env) -> Action | list[Action] | ParseError:
         if not isinstance(text, str):
