@@ -7,7 +7,7 @@ truth, written as a model would write it, must pass, and perturbed versions must
 Per task: the canonical output (each ground-truth call with the first allowed value of every argument
 that has one; optional arguments left out) and four perturbations (a required argument dropped, one
 argument's value changed to one that is not allowed, a wrong function name, one extra call). Each is
-judged by `trace_jax.envs.loaders.bfcl_check` and by the official `ast_checker` (imported from the
+judged by `trace_jax.envs.bfcl.bfcl_check` and by the official `ast_checker` (imported from the
 package without its model-SDK dependencies). Irrelevance categories: no call passes, any call fails
 (the official rule; no AST checker involved). Prints a table per category and one JSON line.
 """
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
-from trace_jax.envs.loaders import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl  # noqa: E402
+from trace_jax.envs.bfcl import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl  # noqa: E402
 from trace_jax.envs.tools.functions import Call  # noqa: E402
 
 flags.DEFINE_string("package", "/tmp/bfcl/pkg", "Directory holding the unpacked bfcl_eval package.")

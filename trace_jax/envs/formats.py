@@ -18,6 +18,7 @@ import re
 from typing import TYPE_CHECKING
 
 from trace_jax.envs.react import MAX_ACTION_CHARS, Action, ParseError, format_action, parse_action
+from trace_jax.envs.tools.functions import CallError, parse_call
 
 if TYPE_CHECKING:
     from trace_jax.envs.protocol import Env, Task
@@ -119,7 +120,6 @@ class HermesFormat:
             return think + action.argument
         if action.tool == "call":
             try:
-                from trace_jax.envs.tools.functions import CallError, parse_call
                 call = parse_call(action.argument)
                 payload = {"name": call.name, "arguments": call.arguments}
             except CallError:

@@ -17,8 +17,8 @@ import json
 import re
 from typing import Any
 
-from trace_jax.envs.loaders import (BFCL_SINGLE_TURN, DataError, bfcl_canonical, bfcl_check, load_bfcl,
-                                    load_corpus, load_gsm8k, load_hotpotqa, load_search_r1)
+from trace_jax.envs.bfcl import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl
+from trace_jax.envs.loaders import DataError, load_corpus, load_gsm8k, load_hotpotqa, load_search_r1
 from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
 from trace_jax.envs.react import Action, format_action
 from trace_jax.envs.tasks.math import CalculatorEnv
