@@ -65,13 +65,17 @@ class DAPO(Allocator):
         kept, spent, index = [], 0, 0
         while len(kept) < b.prompts and spent + group <= b.rollouts and index < len(pool):
             n = min(b.prompts - len(kept), (b.rollouts - spent) // group, len(pool) - index)
-            trees = sample_roots(engine, pool[index:index + n], [group] * n)
-            index, spent = index + n, spent + n * group
-            for tree in trees:
+            sizes = [group] * n
+            left = b.rollouts - spent - n * group
+            if 0 < left < group:  # no further group fits: these take the remainder instead of leaving it unspent
+                sizes = spread(n * group + left, n)
+            trees = sample_roots(engine, pool[index:index + n], sizes)
+            index, spent = index + n, spent + sum(sizes)
+            for tree, size in zip(trees, sizes):
                 if tree.is_mixed():
                     kept.append(tree)
                 else:
-                    engine.ledger.rollouts_discarded += group
+                    engine.ledger.rollouts_discarded += size
         return StepOutcome(trees=kept, groups_sampled=index)
 
 
