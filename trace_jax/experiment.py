@@ -72,6 +72,10 @@ def _world(task: run_config.TaskSection):
     source = _source(task)
     env = source.make_env(Limits(max_turns=task.max_turns, max_tokens=task.max_tokens))
     env.action_format = FORMATS[task.action_format]
+    missing = [t for t in env.action_format.requires_tools if t not in env.tools]
+    if missing:
+        raise run_config.ConfigError(f"config field 'task.action_format'={task.action_format!r} is written for the "
+                                     f"tool(s) {missing}, which task.source={task.source!r} does not have")
     return source, env
 
 
@@ -134,8 +138,9 @@ def build(config, workdir: str) -> Setup:
             raise run_config.ConfigError(f"tokenizer has {len(tokenizer)} tokens but model preset "
                                          f"{run.model.preset!r} has vocab_size {model_config.vocab_size}")
         params = init_params(model_config, run.seed)
-        renderer = (ChatRenderer.for_format(tokenizer, run.task.action_format)
-                    if FORMATS[run.task.action_format].needs_chat_template else ReactRenderer(tokenizer))
+        action_format = FORMATS[run.task.action_format]
+        renderer = (ChatRenderer.for_format(tokenizer, run.task.action_format) if action_format.needs_chat_template
+                    else ReactRenderer(tokenizer, action_format))
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p,
                               max_new_tokens=run.rl.max_new_tokens)
     return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling,

@@ -60,8 +60,9 @@ class TaskSection:
       test_path: its test file ("" = split the training file by question hash).
       corpus_path: the retrieval corpus JSONL ({id, contents}; required for search_r1, optional for hotpotqa).
       categories: bfcl's single-turn categories, comma-separated ("" = simple_python).
-      action_format: how the policy writes tool calls: "react" (`Action: tool[arg]`) or "hermes" (native
-        `<tool_call>` JSON of Qwen3/Hermes chat templates; needs a tokenizer whose template renders tools).
+      action_format: how the policy writes tool calls: "react" (`Action: tool[arg]`), "hermes" (native
+        `<tool_call>` JSON of Qwen3/Hermes chat templates; needs a tokenizer whose template renders tools) or
+        "search_r1" (`<search>`/`<answer>` with `<information>` results; search sources only).
       search_url: "" searches in-process with BM25; an http(s) URL sends the searches of hotpotqa/search_r1 to
         a Search-R1-compatible retrieval server there (`trace_jax/envs/tools/retrieval.py`).
     """

@@ -163,6 +163,73 @@ def test_two_rl_steps_with_hermes_on_a_qwen3_style_template(qwen3_tokenizer_dir,
     assert summary["steps"] == 2
 
 
+SEARCH_R1 = FORMATS["search_r1"]
+
+
+def test_search_r1_parses_its_tags_and_rewrites_demonstrations(sources):
+    env = _env(sources["multihop"], "search_r1")
+    assert SEARCH_R1.parse("<think>who?</think>\n<search> Ensa Works </search> and then", env) == \
+        Action("search", "Ensa Works")
+    assert SEARCH_R1.parse("<think>so</think><answer> Kalomi </answer>", env) == Action("finish", "Kalomi")
+    assert SEARCH_R1.parse("<answer>x</answer><search>y</search>", env) == Action("finish", "x")  # the first tag
+    for text, kind in (("no tags", "no_action"), ("<search>unclosed", "no_action"), ("<think>hm</think>", "empty")):
+        assert SEARCH_R1.parse(text, env).kind == kind
+    for task in sources["multihop"].tasks("train")[:5]:
+        trajectory = run_episode(env, task, sources["multihop"].oracle(0.0))
+        assert trajectory.success and trajectory.turns[0][0].endswith("</search>")
+    from trace_jax.envs.formats import cut_at_stop
+    from trace_jax.rollout.agent_loop import tokens_to_stop
+    assert cut_at_stop("<search> a </search> junk", SEARCH_R1.stop_strings) == len("<search> a </search>")
+    words = ["<search>", " a ", "</search>", " junk", " more"]
+    assert tokens_to_stop(list(range(5)), lambda ids: "".join(words[i] for i in ids), SEARCH_R1.stop_strings) == 3
+    assert tokens_to_stop(list(range(2)), lambda ids: "".join(words[i] for i in ids), SEARCH_R1.stop_strings) == 2
+
+
+def test_search_r1_renders_results_in_the_stream_and_turns_without_an_end_token(tiny_setup):
+    from trace_jax.envs.render import ReactRenderer
+    renderer = ReactRenderer(tiny_setup.tokenizer, SEARCH_R1)
+    tokenizer = tiny_setup.tokenizer
+    assert tokenizer.decode(renderer.observation("[1] A: b")) == "\n\n<information>[1] A: b</information>\n\n"
+    assert renderer.assistant("<search> q </search>")[-1] != renderer.end_of_turn
+    assert renderer.assistant("<answer> q </answer>")[-1] != renderer.end_of_turn
+    assert renderer.assistant("not a tag")[-1] == renderer.end_of_turn
+
+
+def test_search_r1_needs_a_search_tool(tmp_path):
+    from configs import quickstart
+    from trace_jax import experiment
+    from trace_jax.run_config import ConfigError
+    c = quickstart.get_config("runlocal")
+    c.task.source, c.task.action_format = "math", "search_r1"
+    with pytest.raises(ConfigError, match=r"written for the tool\(s\) \['search'\], which task.source='math'"):
+        experiment.build(c, str(tmp_path))
+
+
+def test_two_rl_steps_with_search_r1_and_every_kept_turn_ends_at_its_stop_string(tmp_path):
+    from configs import quickstart
+    from trace_jax import experiment, train
+    from trace_jax.envs.formats import cut_at_stop
+    from trace_jax.rollout.agent_loop import RolloutEngine
+    c = quickstart.get_config("runlocal")
+    c.task.action_format = "search_r1"
+    c.sft.steps, c.sft.num_demos, c.sft.batch_size = 30, 32, 8
+    c.rl.steps, c.rl.eval_every, c.rl.max_new_tokens = 2, 0, 40
+    c.budget.update(rollouts=8, prompts=2, candidates=4)
+    c.eval.num_tasks, c.checkpoint.every = 4, 2
+    assert train.train_and_evaluate(c, str(tmp_path))["steps"] == 2
+    setup = experiment.build(c, str(tmp_path))
+    _, params, _ = train.restore_policy(setup.run, str(tmp_path))
+    engine = RolloutEngine(setup.policy(params), setup.env, seed=0)
+    trees = engine.roots(setup.source.tasks("train")[:4])
+    engine.expand(trees, [(i, 0, 2) for i in range(4)])
+    kept = sum(len(n.tokens) for t in trees for n in t.nodes[1:])
+    assert engine.ledger.tokens_generated >= kept  # cut tokens were generated, and are counted
+    for tree in trees:
+        for node in tree.nodes[1:]:
+            text = setup.renderer.decode_turn(node.tokens)
+            assert cut_at_stop(text, SEARCH_R1.stop_strings) in (None, len(text)) or node.terminal, text
+
+
 def test_formats_are_a_registry():
-    assert {"react", "hermes"} <= set(FORMATS) and isinstance(FORMATS["hermes"], HermesFormat)
+    assert {"react", "hermes", "search_r1"} <= set(FORMATS) and isinstance(FORMATS["hermes"], HermesFormat)
     assert not FORMATS["react"].needs_chat_template and FORMATS["hermes"].needs_chat_template

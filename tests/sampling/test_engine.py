@@ -167,3 +167,22 @@ def test_bad_calls_are_named():
         tree_expand(CONFIG, PARAMS, state, [0], SAMPLING, seed=0, row_ids=[0], fork_lengths=[9])
     with pytest.raises(ValueError, match="row ids"):
         decode(CONFIG, PARAMS, state, SAMPLING, seed=0, row_ids=[0, 1, 2])
+
+
+def test_a_turn_cut_at_a_stop_string_continues_as_if_the_cut_tokens_were_never_sampled():
+    """`truncate` (search_r1's stop at `</search>`): cut each row's turn to k tokens, append an observation,
+    decode on: the continuation equals a full pass over prompt + kept tokens + observation."""
+    from trace_jax.sampling import truncate
+    prompts = _prompts([6, 9])
+    state = start(CONFIG, PARAMS, prompts)
+    gen, state = decode(CONFIG, PARAMS, state, SAMPLING, seed=3, row_ids=[0, 1])
+    keep = [3, max(1, len(gen.row(1)) - 2)]
+    state = truncate(CONFIG, PARAMS, state, [len(p) + k for p, k in zip(prompts, keep)])
+    observations = _prompts([4, 2], seed=8)
+    state = extend(CONFIG, PARAMS, state, observations)
+    after, _ = decode(CONFIG, PARAMS, state, SAMPLING, seed=4, row_ids=[2, 3])
+    for i in range(2):
+        _check_against_full_pass(prompts[i] + gen.row(i)[: keep[i]] + observations[i], after.row(i), after.logprobs[i],
+                                 hidden=after.hidden[i])
+    with pytest.raises(ValueError, match="truncate lengths must lie in"):
+        truncate(CONFIG, PARAMS, start(CONFIG, PARAMS, prompts), [0, 3])

@@ -1,6 +1,9 @@
 """Action formats: how a policy writes its tool calls and final answer, as a registry (`task.action_format`).
 
 - `react` (default; the bundled tokenizer): `Thought: ... Action: tool[argument]`, `finish[answer]` ends.
+- `search_r1`: Search-R1's protocol (`<search>`, `<answer>`, results as `<information>` in the same stream;
+  a turn stops at `</search>` or `</answer>`: the tokens sampled after it are cut and the sampler state
+  rewound, see `rollout/agent_loop.py`).
 - `hermes`: the native tool calling of Qwen3 / Qwen2.5 / Hermes chat templates. The tools' JSON schemas
   go to `apply_chat_template(..., tools=...)`; the model writes `<tool_call>{"name": ..., "arguments":
   {...}}</tool_call>` (several per turn allowed, run in order), optionally after `<think>...</think>`;
@@ -32,6 +35,12 @@ MAX_CALLS_PER_TURN = 8
 class ReactFormat:
     name = "react"
     needs_chat_template = False  # plain text: any tokenizer (the bundled one included)
+    stop_strings: tuple[str, ...] = ()  # a turn ends at the first of these (else at the end-of-turn token)
+    requires_tools: tuple[str, ...] = ()  # env tools the format's syntax is written for
+
+    def inline_observation(self, text: str) -> str | None:
+        """Observations continued in the assistant's own stream (search_r1), or None: the renderer's turn."""
+        return None
 
     def parse(self, text: str, env: Env) -> Action | ParseError:
         return parse_action(text, env.tools)
@@ -46,7 +55,7 @@ class ReactFormat:
         return text
 
 
-class HermesFormat:
+class HermesFormat(ReactFormat):
     name = "hermes"
     needs_chat_template = True  # the tools' schemas are rendered by the tokenizer's chat template
 
@@ -129,6 +138,53 @@ class HermesFormat:
         return think + "<tool_call>\n" + json.dumps(payload) + "\n</tool_call>"
 
 
-FORMATS = {"react": ReactFormat(), "hermes": HermesFormat()}
+class SearchR1Format(ReactFormat):
+    """Search-R1's protocol: `<think>...</think>`, then `<search> query </search>` (the turn stops there and
+    `<information>...</information>` is appended to the same stream) or `<answer> ... </answer>`."""
+
+    name = "search_r1"
+    stop_strings = ("</search>", "</answer>")
+    requires_tools = ("search",)
+    _TAG = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+
+    def parse(self, text, env):
+        if not isinstance(text, str):
+            return ParseError("format", f"expected text, got {type(text).__name__}")
+        body = _THINK.sub("", text.replace("\x00", ""))
+        match = self._TAG.search(body)
+        if match is None:
+            if not body.strip() and "<think>" in text:
+                return ParseError("empty", "only thinking: search with <search> query </search> or answer with "
+                                           "<answer> ... </answer>")
+            return ParseError("no_action", "no <search> query </search> or <answer> answer </answer>")
+        argument = match.group(2).strip()[:MAX_ACTION_CHARS]
+        return Action("finish" if match.group(1) == "answer" else "search", argument)
+
+    def inline_observation(self, text):
+        return f"\n\n<information>{text}</information>\n\n"
+
+    def system_prompt(self, env, task):
+        return (env.instructions(task) + " Reason inside <think> and </think> every time you get new information. "
+                "If you lack some knowledge, call the search engine with <search> query </search>: it returns the "
+                "top results between <information> and </information>. When no more knowledge is needed, give "
+                "the answer inside <answer> and </answer>, without explanation.")
+
+    def from_react(self, text, env):
+        action = parse_action(text, env.tools)
+        if not isinstance(action, Action):
+            return text
+        thought = _THOUGHT.search(text)
+        think = f"<think>{thought.group(1)}</think>\n" if thought and thought.group(1) else ""
+        tag = "answer" if action.tool == "finish" else "search"
+        return f"{think}<{tag}> {action.argument} </{tag}>"
+
+
+def cut_at_stop(text: str, stop_strings: tuple[str, ...]) -> int | None:
+    """The length of `text` up to and including its first stop string (None: there is none)."""
+    ends = [text.find(s) + len(s) for s in stop_strings if s in text]
+    return min(ends) if ends else None
+
+
+FORMATS = {"react": ReactFormat(), "hermes": HermesFormat(), "search_r1": SearchR1Format()}
 REACT = FORMATS["react"]
-__all__ = ["FORMATS", "REACT", "HermesFormat", "ReactFormat", "format_action"]
+__all__ = ["FORMATS", "REACT", "HermesFormat", "ReactFormat", "SearchR1Format", "cut_at_stop", "format_action"]

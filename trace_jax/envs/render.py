@@ -7,6 +7,7 @@ an observation as a delta after it, so the ids a policy saw are exactly the ids 
 
 from __future__ import annotations
 
+from trace_jax.envs.formats import FORMATS, REACT, cut_at_stop
 from trace_jax.envs.oracle import Trajectory
 from trace_jax.models.tokenizer import TURN_END
 
@@ -23,8 +24,9 @@ def _end_of_turn_id(tokenizer) -> int:
 class ReactRenderer:
     """Plain text: 'system\\n\\nQuestion: q\\n' + 'Thought: ... Action: t[a]<|im_end|>' + '\\nObservation: o\\n'."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, action_format=REACT):
         self.tokenizer = tokenizer
+        self.action_format = action_format
         self.end_of_turn = _end_of_turn_id(tokenizer)
         self.stop_ids = (self.end_of_turn,)
 
@@ -36,11 +38,14 @@ class ReactRenderer:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def observation(self, text: str) -> list[int]:
-        return self.tokenizer.encode(f"\nObservation: {text}\n", add_special_tokens=False)
+        inline = self.action_format.inline_observation(text)
+        return self.tokenizer.encode(f"\nObservation: {text}\n" if inline is None else inline, add_special_tokens=False)
 
     def assistant(self, text: str) -> list[int]:
-        """A turn's ids as the policy would generate them (demonstrations), stop token included."""
-        return self.tokenizer.encode(text, add_special_tokens=False) + [self.end_of_turn]
+        """A turn's ids as the policy would generate them (demonstrations): the stop token included, unless the
+        format ends turns at a stop string and the turn ends there (the sampler's state is cut there too)."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return ids if cut_at_stop(text, self.action_format.stop_strings) == len(text) else ids + [self.end_of_turn]
 
     def decode_turn(self, ids) -> str:
         return self.tokenizer.decode([int(i) for i in ids if int(i) not in self.stop_ids])
@@ -51,8 +56,9 @@ class ChatRenderer(ReactRenderer):
 
     _PROBE = "\u2063probe\u2063"
 
-    def __init__(self, tokenizer, observation_role: str = "user", observation_prefix: str = "Observation: "):
-        super().__init__(tokenizer)
+    def __init__(self, tokenizer, observation_role: str = "user", observation_prefix: str = "Observation: ",
+                 action_format=REACT):
+        super().__init__(tokenizer, action_format)
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("ChatRenderer needs a tokenizer with a chat template; use ReactRenderer")
         self.observation_role, self.observation_prefix = observation_role, observation_prefix
@@ -66,8 +72,8 @@ class ChatRenderer(ReactRenderer):
             if "tools" not in (getattr(tokenizer, "chat_template", None) or ""):
                 raise ValueError("action format 'hermes' needs a chat template that renders tools (its template "
                                  "never mentions `tools`); use task.action_format='react'")
-            return cls(tokenizer, observation_role="tool", observation_prefix="")
-        return cls(tokenizer)
+            return cls(tokenizer, observation_role="tool", observation_prefix="", action_format=FORMATS["hermes"])
+        return cls(tokenizer, action_format=FORMATS[action_format])
 
     def prompt(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
@@ -75,7 +81,11 @@ class ChatRenderer(ReactRenderer):
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def observation(self, text: str) -> list[int]:
-        """The template's text between an assistant turn's end token and the next assistant turn."""
+        """The template's text between an assistant turn's end token and the next assistant turn (or, for a
+        format that continues observations in the assistant's stream, that text)."""
+        inline = self.action_format.inline_observation(text)
+        if inline is not None:
+            return self.tokenizer.encode(inline, add_special_tokens=False)
         base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": self._PROBE}]
         before = self.tokenizer.apply_chat_template(base, tokenize=False)
         after = self.tokenizer.apply_chat_template(

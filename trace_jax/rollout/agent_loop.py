@@ -23,7 +23,8 @@ from trace_jax.envs.render import ReactRenderer
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
 from trace_jax.rollout.tree import Ledger, Node, RolloutTree
-from trace_jax.sampling import SamplingParams, decode, extend, start, tree_expand
+from trace_jax.envs.formats import cut_at_stop
+from trace_jax.sampling import SamplingParams, decode, extend, start, tree_expand, truncate
 from trace_jax.sampling.state import SamplerState, concat_states
 
 # Row id of a branch's turn = branch uid * TURN_STRIDE + turn: every turn of every branch draws its own
@@ -72,6 +73,14 @@ class _Branch:
     origin: int  # the anchor it was sampled from
 
 
+def tokens_to_stop(tokens: list[int], decode_turn, stop_strings: tuple[str, ...]) -> int:
+    """How many of a turn's tokens a format keeps: up to the first token whose text completes a stop string
+    (search_r1's `</search>`), all of them when there is none."""
+    if not stop_strings or cut_at_stop(decode_turn(tokens), stop_strings) is None:
+        return len(tokens)
+    return next(k for k in range(1, len(tokens) + 1) if cut_at_stop(decode_turn(tokens[:k]), stop_strings) is not None)
+
+
 class RolloutEngine:
     """Sampler states and trees of one RL step; `roots` then any number of `expand` rounds."""
 
@@ -115,9 +124,14 @@ class RolloutEngine:
         live = [True] * len(branches)
         leaves: list[tuple[int, int]] = []
         while True:
-            observations, boundaries = self._step_envs(trees, branches, gen, live, leaves)
+            observations, boundaries, dropped = self._step_envs(trees, branches, gen, live, leaves)
             if not any(live):
                 break
+            if dropped:  # turns cut at a stop string: the state forgets the tokens sampled after it
+                lengths = np.array(jax.device_get(state.cache.lengths))[: len(branches)]
+                for i, n in dropped.items():
+                    lengths[i] -= n
+                state = truncate(self.policy.config, self.policy.params, state, lengths.tolist())
             state = self._extend(trees, branches, state, observations, boundaries, sid)
             gen, state = decode(self.policy.config, self.policy.params, state, self.policy.sampling, seed=self.seed,
                                 row_ids=self._row_ids(branches, trees), active=live)
@@ -166,17 +180,18 @@ class RolloutEngine:
         p = self.policy
         observations: list[list[int]] = [[] for _ in branches]
         boundaries: dict[int, Node] = {}
-        texts = {i: p.renderer.decode_turn(gen.tokens[i, :int(gen.lengths[i])].tolist())
-                 for i in range(len(branches)) if live[i]}
+        kept = {i: self._kept(gen.tokens[i, :int(gen.lengths[i])].tolist()) for i in range(len(branches)) if live[i]}
+        texts = {i: p.renderer.decode_turn(gen.tokens[i, :k].tolist()) for i, k in kept.items()}
         self.env.prefetch(list(texts.values()))  # lets a retrieval server answer the whole turn in one request
+        dropped: dict[int, int] = {}
         for i, branch in enumerate(branches):
             if not live[i]:
                 continue
-            n = int(gen.lengths[i])
+            n, sampled = kept[i], int(gen.lengths[i])
             tokens = gen.tokens[i, :n].tolist()
             tree = trees[branch.tree]
-            result = branch.episode.step(texts[i], num_tokens=n)
-            self.ledger.tokens_generated += n
+            result = branch.episode.step(texts[i], num_tokens=sampled)
+            self.ledger.tokens_generated += sampled  # the cut tokens were generated: they count
             if "error" in result.info:
                 self.tool_errors[result.info["error"]] += 1
             node = tree.add(branch.node, tokens=tokens, logprobs=gen.logprobs[i, :n].tolist(),
@@ -193,7 +208,12 @@ class RolloutEngine:
             node.observation = observations[i] = p.renderer.observation(result.observation)
             boundaries[i] = node
             self.ledger.tokens_prefilled += len(node.observation)
-        return observations, boundaries
+            if n < sampled:
+                dropped[i] = sampled - n
+        return observations, boundaries, dropped
+
+    def _kept(self, tokens: list[int]) -> int:
+        return tokens_to_stop(tokens, self.policy.renderer.decode_turn, self.policy.renderer.action_format.stop_strings)
 
     def _extend(self, trees, branches, state, observations, boundaries, sid):
         """Prefills the observations; each new boundary becomes an anchor (prefix, hidden, episode)."""

@@ -184,6 +184,19 @@ def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens:
     return state
 
 
+def truncate(config: ModelConfig, params: Params, state: SamplerState, lengths: Sequence[int]) -> SamplerState:
+    """Cuts rows 0..len(lengths)-1 back to `lengths[i]` tokens (1 <= lengths[i] <= the row's length) and
+    recomputes their next-token logits and hidden state from the last kept token: the state is as if the
+    cut tokens had never been generated (a turn stopped at a stop string). Consumes `state`."""
+    have = _host_lengths(state)
+    cut = have.copy()
+    cut[: len(lengths)] = np.asarray(lengths, np.int64)
+    if (cut < 1).any() or (cut > have).any():
+        raise ValueError(f"truncate lengths must lie in [1, row length]; got {list(lengths)} for rows of lengths "
+                         f"{have[: len(lengths)].tolist()}")
+    return _rewind(config, params, state, jax.device_put(cut.astype(np.int32)))
+
+
 def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: SamplingParams, *, seed: int,
            row_ids: Sequence[int], active: Sequence[bool] | None = None) -> tuple[Generation, SamplerState]:
     """Continues rows 0..len(row_ids)-1 of `state` (those `active`) until a stop id or max_new_tokens.
