@@ -8,8 +8,9 @@ train=/data/nq_hotpotqa_train/train.parquet,test=/data/nq_hotpotqa_train/test.pa
 Files: Search-R1's processed verl Parquet (`prompt`, `reward_model.ground_truth.target`, from its
 `scripts/data_process/qa_search_train_merge.py`) or FlashRAG JSONL (`question`, `golden_answers`), and
 the corpus JSONL (`{"id", "contents": "\\"Title\\"\\ntext"}`). `corpus=` may be replaced by
-`url=http://host:8000/retrieve` (a Search-R1 retrieval server, e.g. its e5 dense retriever). Plain
-ReAct actions until the `search_r1` action format lands (issue 17). Expected runtime: hours on 8 H100s.
+`url=http://host:8000/retrieve` (a Search-R1 retrieval server, e.g. its e5 dense retriever). Actions in
+Search-R1's own protocol (`format=search_r1`, the default: `<search>`, `<answer>`, `<information>`), or
+`format=hermes` (Qwen3's native tool calls) or `format=react`. Expected runtime: hours on 8 H100s.
 """
 
 from configs.qwen3_8b_multihop import paper_scale
@@ -17,9 +18,10 @@ from trace_jax.config_files import config_args
 
 
 def get_config(arg: str | None = None):
-    args = config_args(arg, values={"checkpoint": "", "train": "", "test": "", "corpus": "", "url": ""},
+    args = config_args(arg, values={"checkpoint": "", "train": "", "test": "", "corpus": "", "url": "",
+                                    "format": "search_r1"},
                        config="configs/qwen3_8b_search_r1.py")
     c = paper_scale(args["checkpoint"])
     c.task.update(source="search_r1", train_path=args["train"], test_path=args["test"], corpus_path=args["corpus"],
-                  search_url=args["url"], max_turns=5)
+                  search_url=args["url"], max_turns=5, action_format=args["format"])
     return c

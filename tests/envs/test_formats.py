@@ -84,11 +84,12 @@ def test_hermes_parses_calls_thinking_and_answers(sources):
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list('<>/{}":, []tool_callthinkname argumentsquery\n\\x')), max_size=200))
-def test_hermes_never_raises(text):
+def test_hermes_and_search_r1_never_raise(text):
     env = _env(SOURCES["math"](0, num_questions=20))
     parsed = HERMES.parse(text, env)
     assert isinstance(parsed, (Action, ParseError, list))
     env.start(SOURCES["math"](0, num_questions=20).tasks("train")[0]).step(text)
+    assert isinstance(FORMATS["search_r1"].parse(text.replace("tool_call", "search"), env), (Action, ParseError))
 
 
 def test_several_calls_in_one_turn_run_in_order(sources):
