@@ -134,18 +134,29 @@ def test_rerun_resumes_from_finished_runs(compared):
     assert os.path.getmtime(os.path.join(_run_dir(workdir, "grpo", 0), "metrics.jsonl")) == stamp
 
 
-def test_a_tampered_ledger_fails_the_audit(compared, tmp_path):
+def test_a_tampered_ledger_fails_the_audit_after_the_rest_of_the_grid_ran(compared, tmp_path):
+    """The first run's ledger is tampered with: the grid still trains the runs after it (seed 2 here), then
+    fails naming the bad run, and writes no report."""
     workdir, _ = compared
-    path = os.path.join(_run_dir(workdir, "trace", 1), "steps.jsonl")
-    with open(path) as f:
-        lines = [json.loads(line) for line in f]
+    path = os.path.join(_run_dir(workdir, "grpo", 0), "steps.jsonl")
+    original = open(path).read()
+    lines = [json.loads(line) for line in original.splitlines()]
     for line in lines:
         if line["step"] == 2:
             line["ledger"]["rollouts_started"] = 9
     with open(path, "w") as f:
         f.write("\n".join(json.dumps(line) for line in lines) + "\n")
-    with pytest.raises(BudgetAuditError, match="trace seed 1, step 2"):
-        run_comparison(_config(), workdir)
+    report = os.path.join(workdir, "results.json")
+    stamp = os.path.getmtime(report)
+    try:
+        with pytest.raises(BudgetAuditError, match=r"1 run\(s\) failed the budget audit.*grpo seed 0, step 2"):
+            run_comparison(_config(), workdir, seeds=(0, 1, 2))
+        for variant in ("grpo", "trace"):
+            assert os.path.exists(os.path.join(_run_dir(workdir, variant, 2), "summary.json"))
+        assert os.path.getmtime(report) == stamp
+    finally:
+        with open(path, "w") as f:
+            f.write(original)
 
 
 def test_changed_settings_run_beside_the_stored_runs_from_the_same_sft_checkpoint(compared):

@@ -230,7 +230,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     if compare.study == "mechanism":
         return _mechanism(setup, params, base, compare, workdir, predictor_study, after_sft)
 
-    records, outcomes = [], {"greedy": {}, "sampled": {}}
+    records, outcomes, failed = [], {"greedy": {}, "sampled": {}}, []
     for i, (variant, seed, run) in enumerate(runs):
         run_dir = _run_dir(workdir, variant.name, seed, run)
         experiment.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
@@ -258,7 +258,12 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
             with open(summary_path, "w", encoding="utf-8") as f:
                 json.dump(summary, f)
         steps = read_steps(run_dir)
-        ledger = audit.audit(f"{variant.name} seed {seed}", run, steps)
+        try:
+            ledger = audit.audit(f"{variant.name} seed {seed}", run, steps)
+        except audit.BudgetAuditError as e:  # the grid goes on: one bad run must not cost the rest of a night
+            failed.append(f"{e} [{run_dir}]")
+            experiment.log(f"BUDGET AUDIT FAILED (continuing with the other runs): {e}")
+            continue
         if compare.results:  # audited first: a ledger that fails is not kept
             results_store.keep_run(compare.results, relative, run_dir)
         records.append(report.run_record(variant.name, seed, steps, read_metrics(run_dir), summary,
@@ -268,6 +273,10 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
             for kind, o in read_outcomes(final).items():
                 outcomes[kind].setdefault(variant.name, {})[seed] = np.asarray(o.successes, float) / o.k
 
+    if failed:
+        raise audit.BudgetAuditError(f"{len(failed)} run(s) failed the budget audit, so no report is written (the "
+                                     "others are finished and kept): " + "; ".join(failed) + ". Fix the cause, delete "
+                                     "those run directories and rerun the same command to redo them.")
     if not records:
         experiment.log("no finished runs to report")
         return {"finished_runs": 0}
