@@ -122,6 +122,10 @@ def _tokenizer(run: run_config.RunConfig, source, workdir: str):
     return load_tokenizer(path)
 
 
+def _template_args(task: run_config.TaskSection) -> dict:
+    return {} if task.thinking else {"enable_thinking": False}
+
+
 def build(config, workdir: str) -> Setup:
     """Validates the config (failing before compute) and builds model, tokenizer, task source, env."""
     run = config if isinstance(config, run_config.RunConfig) else run_config.from_config_dict(config)
@@ -131,7 +135,7 @@ def build(config, workdir: str) -> Setup:
     if run.model.checkpoint:
         model_config, params = hf_io.load(run.model.checkpoint, dtype=run.model.param_dtype,
                                           compute_dtype=run.model.dtype)
-        renderer = ChatRenderer.for_format(tokenizer, run.task.action_format)
+        renderer = ChatRenderer.for_format(tokenizer, run.task.action_format, _template_args(run.task))
     else:
         model_config = get_preset(run.model.preset, param_dtype=run.model.param_dtype, dtype=run.model.dtype)
         if len(tokenizer) > model_config.vocab_size:
@@ -139,7 +143,8 @@ def build(config, workdir: str) -> Setup:
                                          f"{run.model.preset!r} has vocab_size {model_config.vocab_size}")
         params = init_params(model_config, run.seed)
         action_format = FORMATS[run.task.action_format]
-        renderer = (ChatRenderer.for_format(tokenizer, run.task.action_format) if action_format.needs_chat_template
+        renderer = (ChatRenderer.for_format(tokenizer, run.task.action_format, _template_args(run.task))
+                    if action_format.needs_chat_template
                     else ReactRenderer(tokenizer, action_format))
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p,
                               max_new_tokens=run.rl.max_new_tokens)
@@ -212,6 +217,9 @@ def warm_start(setup: Setup, workdir: str, writer: MetricWriter):
         if writer is not None:
             writer.rewind(done - 1, prefix="sft/")  # rows are logged by 0-based step index
         log(f"resuming SFT at step {done}/{run.sft.steps} from {ckpt.directory}")
+    if not run.sft.steps:
+        log("no SFT (sft.steps=0): RL starts from the model's own params")
+        return jax.tree.map(jnp.array, setup.params)
     if run.sft.data_path:
         demos = conversation_demonstrations(run.sft.data_path, setup.renderer)
     else:

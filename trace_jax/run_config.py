@@ -65,6 +65,9 @@ class TaskSection:
         "search_r1" (`<search>`/`<answer>` with `<information>` results; search sources only).
       search_url: "" searches in-process with BM25; an http(s) URL sends the searches of hotpotqa/search_r1 to
         a Search-R1-compatible retrieval server there (`trace_jax/envs/tools/retrieval.py`).
+      thinking: False renders chat-template prompts and observations with `enable_thinking=False` (Qwen3's
+        hybrid templates then open each assistant turn with an empty think block: short turns, the notebook's
+        choice); True leaves the template's default. Templates without the variable ignore it.
     """
 
     source: str = "multihop"
@@ -81,6 +84,7 @@ class TaskSection:
     categories: str = ""
     search_url: str = ""
     action_format: str = "react"
+    thinking: bool = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -379,7 +383,7 @@ RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "eval", "checkpoint", "mesh")
 # Fields added after runs were stored under `settings`: left out while they hold these values (which keep
 # the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
 ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": "",
-                "task.search_url": "", "task.action_format": "react"}
+                "task.search_url": "", "task.action_format": "react", "task.thinking": True}
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

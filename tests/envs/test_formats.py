@@ -15,39 +15,14 @@ from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.protocol import Limits
 from trace_jax.envs.react import Action, ParseError
 from trace_jax.envs.render import ChatRenderer, render_trajectory
+from trace_jax.testing.checkpoints import write_qwen3_style_tokenizer
 
 HERMES = FORMATS["hermes"]
-
-# Qwen3's template, reduced to what matters here: tools in the system turn, tool results as <tool_response>
-# blocks in a user turn, and earlier assistant turns re-rendered without their <think> block.
-QWEN3_STYLE = (
-    "{%- if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
-    "# Tools\n\nYou may call one or more functions.\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n"
-    "</tools>\nFor each function call, return a json object within <tool_call></tool_call> XML tags.<|im_end|>\n"
-    "{%- elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'user' %}\n<|im_start|>user\n{{ message.content }}<|im_end|>"
-    "{%- elif message.role == 'assistant' %}{% set content = message.content %}"
-    "{%- if '</think>' in content and not loop.last %}{% set content = content.split('</think>')[-1].lstrip() %}"
-    "{%- endif %}\n<|im_start|>assistant\n{{ content }}<|im_end|>"
-    "{%- elif message.role == 'tool' %}{% if loop.previtem.role != 'tool' %}\n<|im_start|>user{% endif %}"
-    "\n<tool_response>\n{{ message.content }}\n</tool_response>"
-    "{%- if loop.last or loop.nextitem.role != 'tool' %}<|im_end|>{% endif %}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}\n<|im_start|>assistant\n{% endif %}")
 
 
 @pytest.fixture(scope="module")
 def qwen3_tokenizer_dir(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    from trace_jax.models.tokenizer import build_tokenizer
-    path = str(tmp_path_factory.mktemp("qwen3_style"))
-    build_tokenizer(path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.chat_template = QWEN3_STYLE
-    tokenizer.save_pretrained(path)
-    return path
+    return write_qwen3_style_tokenizer(str(tmp_path_factory.mktemp("qwen3_style")))
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +114,18 @@ def test_the_trained_ids_are_the_sampled_ids_under_a_qwen3_style_template(source
                                        ([{"role": "tool", "content": obs}] if obs is not None else []))]
     rerendered = tokenizer.apply_chat_template(messages, tools=trajectory.tools, tokenize=False)
     assert "<think>" in tokenizer.decode(ids) and rerendered.count("<think>") < tokenizer.decode(ids).count("<think>")
+
+
+def test_thinking_off_opens_every_assistant_turn_with_an_empty_think_block(sources, qwen3_tokenizer_dir):
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir)
+    renderer = ChatRenderer.for_format(tokenizer, "hermes", {"enable_thinking": False})
+    default = ChatRenderer.for_format(tokenizer, "hermes")
+    messages = [{"role": "user", "content": "What is 2 + 3?"}]
+    empty_think = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert tokenizer.decode(renderer.prompt(messages)).endswith(empty_think)
+    assert not tokenizer.decode(default.prompt(messages)).endswith(empty_think)
+    assert tokenizer.decode(renderer.observation("5")).endswith("</tool_response><|im_end|>" + empty_think)
 
 
 def test_hermes_needs_a_template_with_tools(tmp_path):

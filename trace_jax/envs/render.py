@@ -57,27 +57,29 @@ class ChatRenderer(ReactRenderer):
     _PROBE = "\u2063probe\u2063"
 
     def __init__(self, tokenizer, observation_role: str = "user", observation_prefix: str = "Observation: ",
-                 action_format=REACT):
+                 action_format=REACT, template_args: dict | None = None):
         super().__init__(tokenizer, action_format)
+        self.template_args = dict(template_args or {})  # extra chat-template variables, e.g. enable_thinking
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("ChatRenderer needs a tokenizer with a chat template; use ReactRenderer")
         self.observation_role, self.observation_prefix = observation_role, observation_prefix
         self._end_text = tokenizer.decode([self.end_of_turn])
 
     @classmethod
-    def for_format(cls, tokenizer, action_format: str) -> ChatRenderer:
+    def for_format(cls, tokenizer, action_format: str, template_args: dict | None = None) -> ChatRenderer:
         """hermes: results as `tool` messages (the template wraps them, e.g. in <tool_response>); the
         template must render tools. react: observations as user messages."""
         if action_format == "hermes":
             if "tools" not in (getattr(tokenizer, "chat_template", None) or ""):
                 raise ValueError("action format 'hermes' needs a chat template that renders tools (its template "
                                  "never mentions `tools`); use task.action_format='react'")
-            return cls(tokenizer, observation_role="tool", observation_prefix="", action_format=FORMATS["hermes"])
-        return cls(tokenizer, action_format=FORMATS[action_format])
+            return cls(tokenizer, observation_role="tool", observation_prefix="", action_format=FORMATS["hermes"],
+                       template_args=template_args)
+        return cls(tokenizer, action_format=FORMATS[action_format], template_args=template_args)
 
     def prompt(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                                  add_generation_prompt=True)
+                                                  add_generation_prompt=True, **self.template_args)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def observation(self, text: str) -> list[int]:
@@ -87,10 +89,10 @@ class ChatRenderer(ReactRenderer):
         if inline is not None:
             return self.tokenizer.encode(inline, add_special_tokens=False)
         base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": self._PROBE}]
-        before = self.tokenizer.apply_chat_template(base, tokenize=False)
+        before = self.tokenizer.apply_chat_template(base, tokenize=False, **self.template_args)
         after = self.tokenizer.apply_chat_template(
             base + [{"role": self.observation_role, "content": f"{self.observation_prefix}{text}"}], tokenize=False,
-            add_generation_prompt=True)
+            add_generation_prompt=True, **self.template_args)
         cut = before.find(self._PROBE) + len(self._PROBE)
         cut = before.find(self._end_text, cut) + len(self._end_text)
         if not after.startswith(before[:cut]):
