@@ -1,0 +1,106 @@
+"""BFCL v4 multi-turn on the release's own files (bfcl_eval, installed --no-deps as the README says): every
+subset loads; ground-truth paths are valid and altered ones fail, with the official checker's verdicts;
+calls run as data (no eval); bad files and calls are named."""
+
+import copy
+import json
+import os
+
+import pytest
+
+from trace_jax.envs import bfcl_multi_turn as mt
+from trace_jax.envs.loaders import DataError
+
+bfcl_eval = pytest.importorskip("bfcl_eval", reason=f"BFCL multi-turn tests need bfcl_eval: {mt.INSTALL}")
+DATA = os.path.join(os.path.dirname(bfcl_eval.__file__), "data")
+TASKS_PER_SUBSET = 6
+
+
+@pytest.fixture(scope="module")
+def entries():
+    return {subset: mt.load_multi_turn(DATA, subset) for subset in mt.SUBSETS}
+
+
+def _as_steps(gt):
+    return [[list(calls)] for calls in gt]
+
+
+def test_every_subset_loads_with_its_docs_and_held_out_functions(entries):
+    assert {s: len(e) for s, e in entries.items()} == {s: 200 for s in mt.SUBSETS}
+    miss = entries["multi_turn_miss_func"][0]
+    held_out = [d["name"] for docs in miss["missed_function"].values() for d in docs]
+    assert held_out and not set(held_out) & {d["name"] for d in miss["function"]}
+    assert all(len(e["ground_truth"]) == len(e["question"]) for es in entries.values() for e in es)
+
+
+@pytest.mark.parametrize("subset", mt.SUBSETS)
+def test_ground_truth_paths_pass_and_altered_ones_fail_as_the_official_checker_says(entries, subset):
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+    for i, entry in enumerate(entries[subset][:TASKS_PER_SUBSET]):
+        gt = entry["ground_truth"]
+        last = max(t for t, calls in enumerate(gt) if calls)
+        dropped = _as_steps(gt)
+        dropped[last] = [gt[last][:-1]]
+        for name, result, valid in (("truth", _as_steps(gt), True), ("per_step", [[[c] for c in t] for t in gt], True),
+                                    ("dropped", dropped, False)):
+            ours = mt.check(entry, result, gt)
+            official = multi_turn_checker(result, gt, dict(entry), subset, f"test_{subset}_{i}_{name}")
+            assert ours.valid == official["valid"] == valid, (entry["id"], name, ours, official)
+            assert ours.valid or ours.error_type == official["error_type"]
+
+
+def test_calls_are_data_not_code(entries):
+    entry = entries["multi_turn_base"][0]
+    backends = mt.Backends(entry["involved_classes"], entry["initial_config"], long_context=False)
+    for text, error in (("__import__('os').system('echo pwned')", "expected name(arguments)"),
+                        ("print('hi')", "name 'print' is not defined"),
+                        ("eval('1+1')", "name 'eval' is not defined"),
+                        ("ls(a=open('/etc/passwd').read())", "must be literal values"),
+                        ("remove(path='x')", "Function call remove is not allowed"),
+                        ("cd(folder='x' * 10)", "must be literal values"),
+                        ("mean(numbers=[1e300])", "larger than"),
+                        ("ls(" * 40, "nested deeper"),
+                        ("cd(folder='" + "a" * mt.MAX_CALL_CHARS + "')", "longer than")):
+        result = backends.execute(text)
+        assert result.startswith("Error during execution:") and error in result, (text, result)
+    assert backends.errors == 9
+    assert backends.execute("pwd()") == '{"current_working_directory": "/workspace"}'
+
+
+def test_a_forked_episode_keeps_its_own_state(entries):
+    entry = entries["multi_turn_base"][0]
+    a = mt.Backends(entry["involved_classes"], entry["initial_config"], long_context=False)
+    b = copy.deepcopy(a)
+    a.execute("mkdir(dir_name='only_in_a')")
+    assert "only_in_a" in a.execute("ls()") and "only_in_a" not in b.execute("ls()")
+
+
+def test_bad_files_are_named(tmp_path, entries):
+    (tmp_path / "possible_answer").mkdir()
+    (tmp_path / "multi_turn_func_doc").symlink_to(os.path.join(DATA, "multi_turn_func_doc"))
+    row = {k: v for k, v in entries["multi_turn_base"][0].items() if k not in ("function", "missed_function",
+                                                                                  "ground_truth")}
+    gt = entries["multi_turn_base"][0]["ground_truth"]
+
+    def write(row, gt):
+        (tmp_path / "BFCL_v4_multi_turn_base.json").write_text(json.dumps(row) + "\n")
+        (tmp_path / "possible_answer" / "BFCL_v4_multi_turn_base.json").write_text(
+            json.dumps({"id": row["id"], "ground_truth": gt}) + "\n")
+
+    write({**row, "involved_classes": ["GorillaFileSystem", "Nuclear"]}, gt)
+    with pytest.raises(DataError, match=r"BFCL_v4_multi_turn_base\.json:1: multi_turn_base_0: unknown involved "
+                                        r"class\(es\) \['Nuclear'\]"):
+        mt.load_multi_turn(str(tmp_path), "multi_turn_base")
+    write(row, [["cd(folder=os.getcwd())"]] + gt[1:])
+    with pytest.raises(DataError, match=r"possible_answer/BFCL_v4_multi_turn_base\.json:1: multi_turn_base_0 turn 0: "
+                                        r"ground-truth call .* literal"):
+        mt.load_multi_turn(str(tmp_path), "multi_turn_base")
+    write(row, gt[:-1])
+    with pytest.raises(DataError, match="one list of calls per turn"):
+        mt.load_multi_turn(str(tmp_path), "multi_turn_base")
+    with pytest.raises(DataError, match="unknown BFCL multi-turn subset"):
+        mt.load_multi_turn(str(tmp_path), "multi_turn_everything")
+    with pytest.raises(ImportError, match="pip install --no-deps bfcl-eval"):
+        mt.bfcl_eval_module("bfcl_eval_not_there")
+    with pytest.raises(ValueError, match="unknown BFCL backend class"):
+        mt.Backends(["Nuclear"], {}, long_context=False)
