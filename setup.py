@@ -27,6 +27,7 @@ setup(
         "tensorboardX>=2.6",
         "tqdm>=4.60",
         "matplotlib>=3.7",
+        "math-verify==0.9.0",  # the deepscaler source's answer checker
     ],
     extras_require={
         # torch is pinned: 2.13.0 is the CPU build this project's machines carry; an unpinned

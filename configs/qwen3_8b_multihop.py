@@ -25,6 +25,21 @@ def paper_scale(checkpoint: str, size: str = "8b"):
     return c
 
 
+def runlocal(c):
+    """A paper config shrunk to this CPU: the `mini` model from scratch with the bundled tokenizer (ReAct
+    actions: it has no chat template), a short SFT on the source's oracle, 5 RL steps, 20 held-out tasks."""
+    c.model.update(preset="mini", checkpoint="", tokenizer="", param_dtype="float32", dtype="float32")
+    c.task.update(action_format="react", max_tokens=512)
+    c.sft.update(steps=200, num_demos=200, max_len=512)
+    c.rl.update(steps=5, max_new_tokens=64, eval_every=0)
+    c.learner.update(learning_rate=1e-4, micro_batch=8)
+    c.budget.update(rollouts=16, prompts=4, candidates=16, m_max=8, rounds=1)
+    c.eval.update(num_tasks=20, pass_k=0)
+    c.checkpoint.update(every=5, keep=1)
+    c.mesh.update(data=1, fsdp=1, tensor=1)
+    return c
+
+
 def get_config(arg: str | None = None, size: str = "8b"):
     args = config_args(arg, values={"checkpoint": ""}, config=f"configs/qwen3_{size}_multihop.py")
     c = paper_scale(args["checkpoint"], size)

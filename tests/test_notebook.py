@@ -4,12 +4,22 @@ parameters cell overridden (papermill-style) by a tiny local checkpoint and GSM8
 import json
 import os
 
+import jax
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from trace_jax.testing.checkpoints import write_gsm8k_files, write_tiny_qwen3_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def kernels_share_the_compilation_cache(monkeypatch):
+    """Kernels are fresh processes: with the test session's persistent compilation cache they reuse what the
+    suite compiled before (the same small models) instead of compiling it again."""
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", jax.config.jax_compilation_cache_dir)
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 def _execute(name: str, overrides: str | None = None, allow_errors: bool = False):
@@ -36,9 +46,9 @@ def test_qwen3_colab_notebook_runs_on_a_tiny_substitute(tmp_path):
     workdir = tmp_path / "work"
     outputs = _execute("trace_qwen3_colab.ipynb", f"""
 CHECKPOINT_DIR, DATA_DIR, WORKDIR = {checkpoint!r}, {data!r}, {str(workdir)!r}
-TEST_ROWS, RL_STEPS, EVAL_EVERY = 4, 2, 1
+TEST_ROWS, RL_STEPS, EVAL_EVERY = 4, 2, 2
 ROLLOUTS, PROMPTS, CANDIDATES = 8, 2, 4
-MAX_NEW_TOKENS, MAX_TOKENS, TOKEN_CALIBRATION = 24, 400, 8
+MAX_NEW_TOKENS, MAX_TOKENS, TOKEN_CALIBRATION = 24, 400, 4
 """)
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "fits" in text and "tokens_generated" in text

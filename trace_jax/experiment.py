@@ -72,6 +72,11 @@ def _world(task: run_config.TaskSection):
     source = _source(task)
     env = source.make_env(Limits(max_turns=task.max_turns, max_tokens=task.max_tokens))
     env.action_format = FORMATS[task.action_format]
+    if task.f1_success:
+        if not hasattr(env, "f1_success"):
+            raise run_config.ConfigError(f"config field 'task.f1_success' applies to question answering "
+                                         f"(multihop, hotpotqa, search_r1), not to task.source={task.source!r}")
+        env.f1_success = task.f1_success
     missing = [t for t in env.action_format.requires_tools if t not in env.tools]
     if missing:
         raise run_config.ConfigError(f"config field 'task.action_format'={task.action_format!r} is written for the "

@@ -50,7 +50,7 @@ class ModelSection:
 class TaskSection:
     """Attributes:
       source: a synthetic source ("multihop", "math", "funcall") or a dataset read from local files
-        ("gsm8k", "hotpotqa", "search_r1", "bfcl"; `trace_jax/envs/tasks/datasets.py`).
+        ("gsm8k", "deepscaler", "hotpotqa", "search_r1", "bfcl"; `trace_jax/envs/tasks/datasets.py`).
       seed: world/task generation seed.
       num_questions: synthetic questions generated (across splits).
       max_difficulty: hops/steps cap for the synthetic source (0 = the source default).
@@ -65,6 +65,9 @@ class TaskSection:
         "search_r1" (`<search>`/`<answer>` with `<information>` results; search sources only).
       search_url: "" searches in-process with BM25; an http(s) URL sends the searches of hotpotqa/search_r1 to
         a Search-R1-compatible retrieval server there (`trace_jax/envs/tools/retrieval.py`).
+      f1_success: 0 scores question answering (multihop, hotpotqa, search_r1) by exact match; > 0 also
+        counts a final answer whose token F1 with a gold answer reaches it (the paper's HotpotQA success: 0.3).
+        Both EM and F1 are reported either way.
       thinking: False renders chat-template prompts and observations with `enable_thinking=False` (Qwen3's
         hybrid templates then open each assistant turn with an empty think block: short turns, the notebook's
         choice); True leaves the template's default. Templates without the variable ignore it.
@@ -85,6 +88,7 @@ class TaskSection:
     search_url: str = ""
     action_format: str = "react"
     thinking: bool = True
+    f1_success: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -263,6 +267,7 @@ _PROBABILITY = Range(0, 1)
 FIELD_RANGES: dict[str, Range] = {
     "task.seed": _AT_LEAST_0, "task.num_questions": _AT_LEAST_1, "task.max_difficulty": _AT_LEAST_0,
     "task.max_tokens": _AT_LEAST_1, "task.search_top_k": _AT_LEAST_1, "task.search_words": _AT_LEAST_1,
+    "task.f1_success": _PROBABILITY,
     "sft.steps": _AT_LEAST_0, "sft.batch_size": _AT_LEAST_1, "sft.learning_rate": _POSITIVE,
     "sft.num_demos": _AT_LEAST_1, "sft.mistake_rate": _PROBABILITY, "sft.max_len": Range(2),
     "rl.steps": _AT_LEAST_0, "rl.temperature": _POSITIVE, "rl.top_p": Range(0, 1, low_open=True),
@@ -383,7 +388,7 @@ RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "eval", "checkpoint", "mesh")
 # Fields added after runs were stored under `settings`: left out while they hold these values (which keep
 # the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
 ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": "",
-                "task.search_url": "", "task.action_format": "react", "task.thinking": True}
+                "task.search_url": "", "task.action_format": "react", "task.thinking": True, "task.f1_success": 0.0}
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

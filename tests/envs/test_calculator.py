@@ -41,7 +41,8 @@ def test_refusals_are_quick_and_explained(expression, reason):
     t0 = time.perf_counter()
     with pytest.raises(CalculatorError, match=reason):
         evaluate(expression)
-    assert time.perf_counter() - t0 < 0.1
+    # Generous: a missing refusal computes for minutes (9**9**9); a loaded CI machine takes ~0.7 s here.
+    assert time.perf_counter() - t0 < 2.0
     assert calculate(expression).startswith("Error:")
 
 

@@ -13,6 +13,7 @@ import pytest
 from configs import quickstart
 from trace_jax import train
 from trace_jax.envs.oracle import run_episode
+from trace_jax.envs.protocol import Task
 from trace_jax.envs.tasks.datasets import DATASETS
 from trace_jax.run_config import ConfigError, from_config_dict
 
@@ -69,6 +70,12 @@ def _files(tmp_path):
         {"id": f"irrelevance_{i}", "question": [[{"role": "user", "content": f"Who won the {1990 + i} cup?"}]],
          "function": [doc]} for i in range(4)])
     out["bfcl"] = {"train_path": str(bfcl), "categories": "simple_python,irrelevance"}
+    problems = [{"problem": f"What is ${i + 1}/{i + 3}$ plus $1/2$?", "answer": f"\\frac{{{3 * i + 5}}}{{{2 * i + 6}}}",
+                 "solution": "Add the fractions."} for i in range(8)]
+    (tmp_path / "deepscaler.json").write_text(json.dumps(problems))  # DeepScaleR ships one JSON list
+    out["deepscaler"] = {"train_path": str(tmp_path / "deepscaler.json"),
+                         "test_path": _jsonl(tmp_path / "aime.jsonl", [{"problem": f"Find ${n}^2$.", "answer": n * n}
+                                                                        for n in (11, 12, 13, 14)])}
     return out
 
 
@@ -88,6 +95,38 @@ def test_sources_load_split_and_their_oracles_succeed(files, name):
     for task in every[:6]:
         trajectory = run_episode(env, task, source.oracle(0.0))
         assert trajectory.success, (task.id, trajectory.turns)
+
+
+@pytest.mark.parametrize("answer,gold,same", [
+    ("0.5", "\\frac{1}{2}", True), ("\\sqrt{12}", "2\\sqrt{3}", True), ("1+x^2", "x^2+1", True),
+    ("\\boxed{\\frac{\\pi}{2}}", "\\frac{\\pi}{2}", True), ("\\{2,1\\}", "\\{1,2\\}", True),
+    ("3.0", "3", True), ("The answer is 12", "12", True), ("\\text{(A)}", "\\text{(A)}", True),
+    ("(4,3)", "(3,4)", False), ("13", "12", False), ("\\frac{1}{3}", "0.34", False), ("x^2-1", "x^2+1", False),
+    ("", "7", False), ("\\frac{", "\\frac{1}{2}", False)])
+def test_deepscaler_answers_are_judged_by_math_verify(answer, gold, same):
+    from trace_jax.envs.tasks.datasets import MathVerifyEnv
+    task = Task(id="t", question="q", answers=(gold,))
+    reward, _ = MathVerifyEnv().score(task, answer, None)
+    assert reward == float(same)
+
+
+def test_hotpotqa_scores_exact_match_or_token_f1_at_the_configured_threshold(files, tmp_path):
+    from trace_jax import experiment
+    task = Task(id="t", question="q", answers=("the Eiffel Tower",))
+    c = _config("hotpotqa", files["hotpotqa"])
+    _, em_only = experiment._world(from_config_dict(c).task)
+    c.task.f1_success = 0.3
+    _, lenient = experiment._world(from_config_dict(c).task)
+    for answer, em, f1, passes_at_0_3 in (("Eiffel Tower", 1.0, 1.0, True), ("the tower in Paris", 0.0, 0.4, True),
+                                          ("Paris", 0.0, 0.0, False)):
+        reward, info = em_only.score(task, answer, None)
+        assert reward == em and info["em"] == em and abs(info["f1"] - f1) < 1e-9
+        reward, info = lenient.score(task, answer, None)
+        assert reward == float(passes_at_0_3) and info["em"] == em
+    with pytest.raises(ConfigError, match="'task.f1_success' applies to question answering"):
+        experiment._world(from_config_dict(_config("gsm8k", files["gsm8k"], **{"task.f1_success": 0.3})).task)
+    with pytest.raises(ConfigError, match="f1_success"):
+        from_config_dict(_config("hotpotqa", files["hotpotqa"], **{"task.f1_success": 1.5}))
 
 
 def test_bfcl_irrelevance_succeeds_only_without_calls(files):
@@ -138,6 +177,19 @@ def test_missing_files_and_misplaced_fields_are_named_before_compute(files, tmp_
 def test_two_rl_steps_on_each_dataset(files, name, tmp_path):
     summary = train.train_and_evaluate(_config(name, files[name]), str(tmp_path))
     assert summary["steps"] == 2 and 0.0 <= summary["acc_after_rl"] <= 1.0
+
+
+def test_paper_configs_runlocal_end_to_end(files, tmp_path):
+    """DeepScaleR's runlocal trains (math-verify scoring); HotpotQA's runlocal validates with its F1 criterion
+    (its path is the hotpotqa two-step run above)."""
+    from configs import qwen3_8b_deepscaler, qwen3_14b_hotpotqa
+    fields = files["deepscaler"]
+    c = qwen3_8b_deepscaler.get_config(f"runlocal,train={fields['train_path']},test={fields['test_path']}")
+    c.sft.steps, c.rl.steps, c.eval.num_tasks = 10, 2, 4
+    summary = train.train_and_evaluate(c, str(tmp_path))
+    assert summary["steps"] == 2 and 0.0 <= summary["acc_after_rl"] <= 1.0
+    run = from_config_dict(qwen3_14b_hotpotqa.get_config(f"runlocal,train={files['hotpotqa']['train_path']}"))
+    assert run.task.f1_success == 0.3 and run.model.preset == "mini" and run.mesh.fsdp == 1
 
 
 def test_two_rl_steps_from_the_command_line(files, tmp_path):

@@ -234,3 +234,24 @@ def load_gsm8k(path: str) -> list[Task]:
         tasks.append(Task(id=f"gsm8k/{len(tasks)}", question=question, answers=(final,), difficulty=max(1, steps),
                           split=split_of(question), data={"solution": answer}))
     return tasks
+
+
+def load_math_problems(path: str) -> list[Task]:
+    """Competition-math rows as DeepScaleR releases them (JSON list, JSONL or Parquet of `problem`, `answer`,
+    optional `solution`; AIME/AMC files in that shape too; `question` is accepted for `problem`). The answer
+    is LaTeX (or a number) that `math-verify` compares with the model's; `level` (when present) is the
+    difficulty."""
+    tasks = []
+    for where, row in _rows(path):
+        question = row.get("problem", row.get("question"))
+        if not isinstance(question, str) or not question.strip():
+            raise DataError(f"{where}: missing field 'problem' (a non-empty string; 'question' also works)")
+        answer = require_field(row, "answer", (str, int, float), where)
+        answer = str(answer).strip()
+        if not answer:
+            raise DataError(f"{where}: field 'answer' is empty")
+        level = row.get("level", 1)
+        difficulty = int(level) if isinstance(level, (int, float)) and not isinstance(level, bool) and level >= 1 else 1
+        tasks.append(Task(id=f"math/{len(tasks)}", question=question, answers=(answer,), difficulty=difficulty,
+                          split=split_of(question), data={"solution": str(row.get("solution") or "")}))
+    return tasks

@@ -1,12 +1,13 @@
 """Task sources read from the datasets people have (local files only; `envs/loaders.py` reads them):
-`gsm8k` (calculator), `hotpotqa` and `search_r1` (BM25 search over a corpus), `bfcl` (single-turn
-function calling, scored by the official BFCL rules).
+`gsm8k` (calculator), `deepscaler` (competition math with the calculator, answers checked by
+`math-verify`), `hotpotqa` and `search_r1` (BM25 search over a corpus), `bfcl` (single-turn function
+calling, scored by the official BFCL rules).
 
 Splits: with a test file, its rows are the test split and the training file's rows whose question
 hashes to "validation" the validation split (a training row whose question is also a test question
 is dropped); without one, every row is split by its question's hash (`envs/splits.py`). Every source
 has an oracle, so the usual SFT warm start works: GSM8K replays the solution's `<<expr=value>>`
-calculator annotations, HotpotQA searches its supporting facts' titles, Search-R1 searches the
+calculator annotations, DeepScaleR states the reference answer, HotpotQA searches its supporting facts' titles, Search-R1 searches the
 question, BFCL writes the ground-truth calls.
 """
 
@@ -18,7 +19,7 @@ import re
 from typing import Any
 
 from trace_jax.envs.bfcl import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl
-from trace_jax.envs.loaders import DataError, load_corpus, load_gsm8k, load_hotpotqa, load_search_r1
+from trace_jax.envs.loaders import DataError, load_corpus, load_gsm8k, load_hotpotqa, load_math_problems, load_search_r1
 from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
 from trace_jax.envs.react import Action, format_action
 from trace_jax.envs.tasks.math import CalculatorEnv
@@ -68,6 +69,60 @@ class GSM8KOracle:
         if step < len(steps):
             return format_action("calculate", steps[step], f"Step {step + 1}: compute {steps[step]}.")
         return format_action("finish", task.answers[0], "That is the final answer.")
+
+
+def math_verified(answer: str, gold: str) -> bool:
+    """`math-verify`'s equivalence of a model's answer with a LaTeX reference (the answer is read as LaTeX
+    unless it already carries `$` or `\\boxed`); parsing and comparison are bounded by its timeouts."""
+    from math_verify import parse, verify
+    text = answer if ("$" in answer or "\\boxed" in answer) else f"${answer}$"
+    return bool(verify(parse(f"${gold}$"), parse(text)))
+
+
+class MathVerifyEnv(CalculatorEnv):
+    """Competition math with the calculator; a final answer is right when `math-verify` says it equals the
+    reference (fractions, radicals, intervals, sets, percentages...)."""
+
+    name = "deepscaler"
+
+    def instructions(self, task: Task) -> str:
+        return "Solve the problem, using the calculator where it helps. Give the final answer in LaTeX."
+
+    def system_prompt(self, task: Task) -> str:
+        return ("Solve the problem step by step. Each turn, write a Thought and one Action. Tools: "
+                "calculate[expression] evaluates arithmetic (+ - * / // % ** and parentheses); "
+                "finish[answer] gives the final answer in LaTeX (e.g. \\frac{3}{4}, 2\\sqrt{3}).")
+
+    def score(self, task: Task, answer: str, episode: Episode) -> tuple[float, dict[str, Any]]:
+        return float(math_verified(answer, task.answers[0])), {}
+
+
+class DeepScaleRTasks(TaskSource):
+    """DeepScaleR-style problems (`problem`, `answer`, `solution`; AIME/AMC files in that shape), checked by
+    math-verify."""
+
+    name = "deepscaler"
+
+    def __init__(self, *, train_path: str, test_path: str = "", **_):
+        try:
+            import math_verify  # noqa: F401
+        except ImportError as e:
+            raise DataError(f"task.source='deepscaler' checks answers with math-verify ({e}): pip install "
+                            "'math-verify==0.9.0'") from None
+        self._tasks = with_splits(load_math_problems(train_path), load_math_problems(test_path) if test_path else [])
+
+    def make_env(self, limits: Limits | None = None) -> MathVerifyEnv:
+        return MathVerifyEnv(limits or Limits(max_turns=10))
+
+    def oracle(self, mistake_rate: float = 0.0):
+        return ReferenceAnswerOracle()
+
+
+class ReferenceAnswerOracle:
+    """States the reference answer (the solutions are prose: no calculator steps to replay)."""
+
+    def __call__(self, task: Task, episode: Episode, observation: str | None, rng) -> str:
+        return format_action("finish", task.answers[0], "Working it through, the answer is this.")
 
 
 class SearchTasks(TaskSource):
@@ -180,5 +235,5 @@ class BFCLOracle:
         return format_action("finish", "done", "Every needed call is made." if calls else "No function fits.")
 
 
-DATASETS = {"gsm8k": GSM8KTasks, "hotpotqa": lambda **kw: SearchTasks("hotpotqa", **kw),
+DATASETS = {"gsm8k": GSM8KTasks, "deepscaler": DeepScaleRTasks, "hotpotqa": lambda **kw: SearchTasks("hotpotqa", **kw),
             "search_r1": lambda **kw: SearchTasks("search_r1", **kw), "bfcl": BFCLTasks}

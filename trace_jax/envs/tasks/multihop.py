@@ -184,8 +184,13 @@ class MultiHopQA(TaskSource):
 
 
 class MultiHopEnv(Env):
+    """Question answering with a search tool. A final answer succeeds on exact match (SQuAD-normalised) or,
+    when `f1_success` > 0, on token F1 with a gold answer of at least that much (the paper's HotpotQA
+    criterion: 0.3); every final answer reports both `em` and `f1`."""
+
     name = "multihop"
     tools = ("search",)
+    f1_success = 0.0  # set per run from task.f1_success
     TOOL_DOCS = {"search": ("query", "Returns the top passages of the document collection for the query.")}
 
     def __init__(self, index: SearchIndex, limits: Limits | None = None):
@@ -210,7 +215,9 @@ class MultiHopEnv(Env):
         return self.index.search(action.argument)
 
     def score(self, task: Task, answer: str, episode: Episode) -> tuple[float, dict[str, Any]]:
-        return exact_match(answer, task.answers), {"f1": f1(answer, task.answers)}
+        em, token_f1 = exact_match(answer, task.answers), f1(answer, task.answers)
+        success = em >= 1.0 or (self.f1_success > 0 and token_f1 >= self.f1_success)
+        return float(success), {"em": em, "f1": token_f1}
 
 
 class MultiHopOracle:
