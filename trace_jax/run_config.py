@@ -50,16 +50,18 @@ class ModelSection:
 class TaskSection:
     """Attributes:
       source: a synthetic source ("multihop", "math", "funcall") or a dataset read from local files
-        ("gsm8k", "deepscaler", "hotpotqa", "search_r1", "bfcl"; `trace_jax/envs/tasks/datasets.py`).
+        ("gsm8k", "deepscaler", "hotpotqa", "search_r1", "bfcl", "bfcl_multi_turn"; `envs/tasks/datasets.py`).
       seed: world/task generation seed.
       num_questions: synthetic questions generated (across splits).
       max_difficulty: hops/steps cap for the synthetic source (0 = the source default).
       max_turns, max_tokens: episode limits.
       search_top_k, search_words: passages per search and words per passage (multihop, hotpotqa, search_r1).
-      train_path: a dataset's training file (bfcl: the release's data directory).
+      train_path: a dataset's training file (bfcl, bfcl_multi_turn: the release's data directory; "" for
+        bfcl_multi_turn: the installed bfcl_eval package's).
       test_path: its test file ("" = split the training file by question hash).
       corpus_path: the retrieval corpus JSONL ({id, contents}; required for search_r1, optional for hotpotqa).
-      categories: bfcl's single-turn categories, comma-separated ("" = simple_python).
+      categories: bfcl's single-turn categories, comma-separated ("" = simple_python); bfcl_multi_turn's subsets
+        ("" = all four).
       action_format: how the policy writes tool calls: "react" (`Action: tool[arg]`), "hermes" (native
         `<tool_call>` JSON of Qwen3/Hermes chat templates; needs a tokenizer whose template renders tools) or
         "search_r1" (`<search>`/`<answer>` with `<information>` results; search sources only).
@@ -321,7 +323,7 @@ def _check_dataset(task: TaskSection, evaluation: EvalSection) -> None:
             raise ConfigError(f"config field(s) {extra} apply to the dataset sources {sorted(DATASETS)}, not to "
                               f"the synthetic source {task.source!r}")
         return
-    if not task.train_path:
+    if not task.train_path and task.source != "bfcl_multi_turn":  # "" there: the installed bfcl_eval's data
         raise ConfigError(f"config field 'task.train_path' must name the training file of task.source="
                           f"{task.source!r}" + (" (the release's data directory)" if task.source == "bfcl" else ""))
     for key in ("task.train_path", "task.test_path", "task.corpus_path"):
@@ -334,8 +336,8 @@ def _check_dataset(task: TaskSection, evaluation: EvalSection) -> None:
                             or not task.search_url.startswith(("http://", "https://"))):
         raise ConfigError(f"config field 'task.search_url'={task.search_url!r}: an http(s) URL, for the search "
                           "sources hotpotqa and search_r1")
-    if task.categories and task.source != "bfcl":
-        raise ConfigError("config field 'task.categories' applies to task.source='bfcl' only")
+    if task.categories and task.source not in ("bfcl", "bfcl_multi_turn"):
+        raise ConfigError("config field 'task.categories' applies to task.source='bfcl' and 'bfcl_multi_turn' only")
     if evaluation.split == SEPARATE:
         raise ConfigError(f"config field 'eval.split'='separate' needs a synthetic generator; task.source="
                           f"{task.source!r} reads files: use 'test' (task.test_path) or 'validation'")

@@ -104,3 +104,70 @@ def test_bad_files_are_named(tmp_path, entries):
         mt.bfcl_eval_module("bfcl_eval_not_there")
     with pytest.raises(ValueError, match="unknown BFCL backend class"):
         mt.Backends(["Nuclear"], {}, long_context=False)
+
+
+# The RL environment over these backends (trace_jax/envs/tasks/bfcl_multi_turn.py).
+
+@pytest.fixture(scope="module")
+def source():
+    from trace_jax.envs.tasks.bfcl_multi_turn import BFCLMultiTurnTasks
+    return BFCLMultiTurnTasks()
+
+
+@pytest.mark.parametrize("action_format", ["react", "hermes"])
+def test_the_ground_truth_oracle_succeeds_on_every_subset(source, action_format):
+    from trace_jax.envs.formats import FORMATS
+    from trace_jax.envs.oracle import run_episode
+    env = source.make_env()
+    env.action_format = FORMATS[action_format]
+    tasks = source.tasks("train") + source.tasks("test")
+    assert len(tasks) == 800 and abs(len(source.tasks("test")) / 800 - 0.2) < 0.05
+    for subset in mt.SUBSETS:
+        chosen = [t for t in tasks if t.data["entry"]["id"].rsplit("_", 1)[0] == subset][:TASKS_PER_SUBSET]
+        for task in chosen:
+            trajectory = run_episode(env, task, source.oracle())
+            assert trajectory.success, (task.id, trajectory.turns[-1])
+            assert len(trajectory.user_turns) == len(task.data["entry"]["question"]) - 1
+
+
+def test_requests_follow_as_user_turns_and_a_skipped_request_fails(source):
+    env = source.make_env()
+    task = next(t for t in source.tasks("train") if len(t.data["entry"]["question"]) > 2 and
+                all(t.data["entry"]["ground_truth"]))
+    episode = env.start(task)
+    first = episode.step("Action: finish[done]")  # the first request answered without its calls
+    assert first.user_turn and not first.done
+    assert first.observation == "\n".join(m["content"] for m in task.data["entry"]["question"][1] if m["role"] == "user")
+    forked = episode.fork()
+    result = None
+    while result is None or not result.done:
+        result = episode.step("Action: finish[done]")
+    assert result.done and not result.success and result.info["error_type"] == "multi_turn:empty_turn_model_response"
+    assert forked.memory["bfcl"].request == 1 and not forked.done  # the fork kept its own place
+
+
+def test_a_conversation_cut_by_the_turn_limit_scores_zero_and_bad_calls_are_error_observations(source):
+    from trace_jax.envs.protocol import Limits
+    from trace_jax.envs.tasks.bfcl_multi_turn import BFCLMultiTurnEnv
+    env = BFCLMultiTurnEnv(Limits(max_turns=2))
+    task = next(t for t in source.tasks("train") if len(t.data["entry"]["question"]) > 2)
+    episode = env.start(task)
+    bad = episode.step('Action: call[{"name": "__import__", "arguments": {"name": "os"}}]')
+    assert bad.observation.startswith("Error: name '__import__' is not defined") and bad.info["error"] == "tool_error"
+    result = episode.step("Action: finish[done]")
+    assert result.done and result.reward == 0.0 and result.info["error_type"] == "multi_turn:force_terminated"
+
+
+def test_user_turns_render_as_user_messages():
+    from transformers import AutoTokenizer
+
+    from trace_jax.envs.render import ChatRenderer, ReactRenderer
+    from trace_jax.testing.checkpoints import write_qwen3_style_tokenizer
+    import tempfile
+    tokenizer = AutoTokenizer.from_pretrained(write_qwen3_style_tokenizer(tempfile.mkdtemp()))
+    chat = ChatRenderer.for_format(tokenizer, "hermes")
+    assert tokenizer.decode(chat.observation("next request", user_turn=True)) == \
+        "<|im_start|>user\nnext request<|im_end|><|im_start|>assistant\n"
+    assert "<tool_response>" in tokenizer.decode(chat.observation("result"))
+    assert tokenizer.decode(ReactRenderer(tokenizer).observation("next request", user_turn=True)) == \
+        "\nUser: next request\n"

@@ -162,6 +162,7 @@ def test_range_errors_state_the_allowed_range():
     ("qwen3_8b_deepscaler", "checkpoint={ckpt}",
      r"'task\.train_path' must name the training file of task\.source='deepscaler'"),
     ("qwen3_14b_hotpotqa", "runlocal,train=/nope/hotpot.json", r"'task\.train_path': path '/nope/hotpot\.json'"),
+    ("qwen3_8b_bfcl_multiturn", "checkpoint=/nope/Qwen3-8B", r"'model\.checkpoint': path '/nope/Qwen3-8B'"),
 ])
 def test_paper_configs_on_real_data_name_a_missing_file_before_compute(tmp_path, name, arg, culprit):
     import importlib

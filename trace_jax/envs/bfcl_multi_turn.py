@@ -146,7 +146,10 @@ class Backends:
             if call.name not in self.methods:
                 raise NameError(f"name '{call.name}' is not defined")
             owner, method = self.methods[call.name]
-            return _result_text(getattr(self.instances[owner], method)(*call.args, **call.kwargs))
+            # Copies: backends keep argument lists in their state and mutate them later (mention() appends to
+            # a tweet's list); a recorded call must still say what was called.
+            args, kwargs = copy.deepcopy((call.args, call.kwargs))
+            return _result_text(getattr(self.instances[owner], method)(*args, **kwargs))
         except Exception as e:  # noqa: BLE001  (the backend's own errors are results, as officially)
             self.errors += 1
             return f"Error during execution: {e}"

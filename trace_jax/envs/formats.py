@@ -20,7 +20,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from trace_jax.envs.react import MAX_ACTION_CHARS, Action, ParseError, format_action, parse_action
+from trace_jax.envs.react import Action, ParseError, format_action, parse_action
 from trace_jax.envs.tools.functions import CallError, parse_call
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class ReactFormat:
         return None
 
     def parse(self, text: str, env: Env) -> Action | ParseError:
-        return parse_action(text, env.tools)
+        return parse_action(text, env.tools, env.max_action_chars)
 
     def tools(self, env: Env, task: Task) -> None:
         return None  # described in the system prompt
@@ -72,7 +72,7 @@ class HermesFormat(ReactFormat):
             if not body:
                 return ParseError("empty", "empty answer: call a tool with <tool_call>{...}</tool_call> or "
                                            "write the final answer")
-            return Action("finish", body[:MAX_ACTION_CHARS])
+            return Action("finish", body[:env.max_action_chars])
         if len(blocks) > MAX_CALLS_PER_TURN:
             return ParseError("too_long", f"{len(blocks)} tool calls in one turn; at most {MAX_CALLS_PER_TURN}")
         actions = []
@@ -85,8 +85,8 @@ class HermesFormat(ReactFormat):
 
     @staticmethod
     def _action(block: str, env: Env) -> Action | ParseError:
-        if len(block) > MAX_ACTION_CHARS:
-            return ParseError("too_long", f"tool call longer than {MAX_ACTION_CHARS} characters")
+        if len(block) > env.max_action_chars:
+            return ParseError("too_long", f"tool call longer than {env.max_action_chars} characters")
         try:
             call = json.loads(block)
         except (ValueError, RecursionError):
@@ -157,7 +157,7 @@ class SearchR1Format(ReactFormat):
                 return ParseError("empty", "only thinking: search with <search> query </search> or answer with "
                                            "<answer> ... </answer>")
             return ParseError("no_action", "no <search> query </search> or <answer> answer </answer>")
-        argument = match.group(2).strip()[:MAX_ACTION_CHARS]
+        argument = match.group(2).strip()[:env.max_action_chars]
         return Action("finish" if match.group(1) == "answer" else "search", argument)
 
     def inline_observation(self, text):

@@ -27,6 +27,7 @@ class Trajectory:
     reward: float
     success: bool
     tools: list[dict] | None = None  # the tool schemas a native-tool-calling format shows the model
+    user_turns: tuple[int, ...] = ()  # turns whose observation is the user's next message (multi-turn tasks)
 
 
 def run_episode(env: Env, task: Task, policy: Policy, *, seed: int = 0) -> Trajectory:
@@ -38,5 +39,5 @@ def run_episode(env: Env, task: Task, policy: Policy, *, seed: int = 0) -> Traje
         result = episode.step(text, num_tokens=len(text.split()))
         if result.done:
             return Trajectory(task, env.messages(task), list(episode.history), result.reward, result.success,
-                              env.action_format.tools(env, task))
+                              env.action_format.tools(env, task), tuple(episode.user_turns))
         observation = result.observation

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from trace_jax.envs.formats import REACT
-from trace_jax.envs.react import Action, ParseError
+from trace_jax.envs.react import MAX_ACTION_CHARS, Action, ParseError
 from trace_jax.envs.splits import check_split
 
 # info["error"] of a StepResult: the parser's kinds, a tool's own error message, and the last resorts.
@@ -74,6 +74,8 @@ class StepResult:
       reward: terminal reward in [0, 1] (0 until done).
       success: reward >= the env's success threshold (only meaningful when done).
       info: diagnostics (parsed action, error kind, F1, call matches...).
+      user_turn: the observation is the user's next message (multi-turn tasks: the model answered one request
+        and the next begins), not a tool result; renderers give it the user's role.
     """
 
     observation: str | None
@@ -81,6 +83,7 @@ class StepResult:
     reward: float = 0.0
     success: bool = False
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    user_turn: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -108,6 +111,7 @@ class Env(abc.ABC):
     # tool -> (its one string parameter, what it does): the schemas of formats with native tool calling
     TOOL_DOCS: dict[str, tuple[str, str]] = {}
     action_format = REACT  # how turns are written (`envs/formats.py`); set per run from task.action_format
+    max_action_chars = MAX_ACTION_CHARS  # longer actions are refused as too long
 
     @property
     def TOOL_PARAMETERS(self) -> dict[str, str]:  # noqa: N802 (a constant view of TOOL_DOCS)
@@ -131,6 +135,11 @@ class Env(abc.ABC):
     def instructions(self, task: Task) -> str:
         """The task's instructions without any action syntax (formats with native tool calling use these)."""
         return self.system_prompt(task)
+
+    def next_user_turn(self, task: Task, episode: Episode) -> str | None:
+        """Called when the model gives a final answer: the user's next message when the task has more requests
+        (multi-turn tasks; the episode goes on), else None (the answer is scored and the episode ends)."""
+        return None
 
     def tool_schemas(self, task: Task) -> list[dict]:
         """JSON schemas of the tools (OpenAI / HF chat-template style) from TOOL_DOCS."""
@@ -162,10 +171,12 @@ class Episode:
     done: bool = False
     history: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
     memory: dict[str, Any] = dataclasses.field(default_factory=dict)  # env-specific (e.g. calls made)
+    user_turns: list[int] = dataclasses.field(default_factory=list)  # history entries whose observation is the user's
 
     def fork(self) -> Episode:
         """An independent copy at this point (branching a rollout); the env and task are shared."""
-        return dataclasses.replace(self, history=list(self.history), memory=copy.deepcopy(self.memory))
+        return dataclasses.replace(self, history=list(self.history), memory=copy.deepcopy(self.memory),
+                                   user_turns=list(self.user_turns))
 
     def step(self, text: str, num_tokens: int = 0) -> StepResult:
         if self.done:
@@ -175,6 +186,11 @@ class Episode:
         limits = self.env.limits
         parsed = self.env.action_format.parse(text, self.env)
         if isinstance(parsed, Action) and parsed.tool == "finish":
+            following = self._next_user_turn()
+            if following is not None and self.turns < limits.max_turns and self.tokens < limits.max_tokens:
+                self.user_turns.append(len(self.history))
+                self.history.append((text, following))
+                return StepResult(observation=following, done=False, info={"action": parsed}, user_turn=True)
             try:
                 reward, info = self.env.score(self.task, parsed.argument, self)
             except Exception as e:  # the last resort (a checker bug or bad gold data): reward 0, logged
@@ -197,6 +213,14 @@ class Episode:
             observation = observation[: limits.max_observation_chars] + " ...(truncated)"
         self.history.append((text, observation))
         return StepResult(observation=observation, done=False, info=info)
+
+    def _next_user_turn(self) -> str | None:
+        try:
+            following = self.env.next_user_turn(self.task, self)
+        except Exception as e:  # the last resort, as for tools: the episode is scored where it stands
+            _report_crash(self.env.name, "next_user_turn", self.task.id, e)
+            return None
+        return following if isinstance(following, str) else None
 
     def _run_tool(self, action: Action) -> tuple[str, dict[str, Any]]:
         try:

@@ -22,8 +22,9 @@ class ParseError:
     message: str
 
 
-def parse_action(text: str, tools: tuple[str, ...]) -> Action | ParseError:
-    """The last `Action: tool[argument]` of a turn; `finish` is always allowed (the final answer)."""
+def parse_action(text: str, tools: tuple[str, ...], max_chars: int = MAX_ACTION_CHARS) -> Action | ParseError:
+    """The last `Action: tool[argument]` of a turn (at most `max_chars`); `finish` is always allowed (the final
+    answer)."""
     if not isinstance(text, str):
         return ParseError("format", f"expected text, got {type(text).__name__}")
     text = text.replace("\x00", "").strip()
@@ -33,8 +34,8 @@ def parse_action(text: str, tools: tuple[str, ...]) -> Action | ParseError:
     if start < 0:
         return ParseError("no_action", "no 'Action: tool[argument]' line found")
     tail = text[start:]
-    if len(tail) > MAX_ACTION_CHARS:
-        return ParseError("too_long", f"action longer than {MAX_ACTION_CHARS} characters")
+    if len(tail) > max_chars:
+        return ParseError("too_long", f"action longer than {max_chars} characters")
     tail = tail.split("\nObservation", 1)[0].strip()
     match = _ACTION.match(tail)
     if match is None:

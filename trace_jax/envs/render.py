@@ -37,7 +37,10 @@ class ReactRenderer:
         text = "\n\n".join(m["content"] for m in messages) + "\n"
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def observation(self, text: str) -> list[int]:
+    def observation(self, text: str, user_turn: bool = False) -> list[int]:
+        """A tool result (`Observation: ...`), or with `user_turn` the user's next message (`User: ...`)."""
+        if user_turn:
+            return self.tokenizer.encode(f"\nUser: {text}\n", add_special_tokens=False)
         inline = self.action_format.inline_observation(text)
         return self.tokenizer.encode(f"\nObservation: {text}\n" if inline is None else inline, add_special_tokens=False)
 
@@ -82,17 +85,19 @@ class ChatRenderer(ReactRenderer):
                                                   add_generation_prompt=True, **self.template_args)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def observation(self, text: str) -> list[int]:
+    def observation(self, text: str, user_turn: bool = False) -> list[int]:
         """The template's text between an assistant turn's end token and the next assistant turn (or, for a
-        format that continues observations in the assistant's stream, that text)."""
-        inline = self.action_format.inline_observation(text)
+        format that continues observations in the assistant's stream, that text); with `user_turn` the text
+        is the user's next message."""
+        inline = None if user_turn else self.action_format.inline_observation(text)
         if inline is not None:
             return self.tokenizer.encode(inline, add_special_tokens=False)
+        message = ({"role": "user", "content": text} if user_turn else
+                   {"role": self.observation_role, "content": f"{self.observation_prefix}{text}"})
         base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": self._PROBE}]
         before = self.tokenizer.apply_chat_template(base, tokenize=False, **self.template_args)
-        after = self.tokenizer.apply_chat_template(
-            base + [{"role": self.observation_role, "content": f"{self.observation_prefix}{text}"}], tokenize=False,
-            add_generation_prompt=True, **self.template_args)
+        after = self.tokenizer.apply_chat_template(base + [message], tokenize=False, add_generation_prompt=True,
+                                                   **self.template_args)
         cut = before.find(self._PROBE) + len(self._PROBE)
         cut = before.find(self._end_text, cut) + len(self._end_text)
         if not after.startswith(before[:cut]):
@@ -104,12 +109,12 @@ def render_trajectory(renderer: ReactRenderer, trajectory: Trajectory) -> tuple[
     """(ids, trained mask) of a demonstration: assistant tokens trained, prompt and observations masked."""
     ids = renderer.prompt(trajectory.messages, trajectory.tools)
     mask = [False] * len(ids)
-    for text, observation in trajectory.turns:
+    for i, (text, observation) in enumerate(trajectory.turns):
         turn = renderer.assistant(text)
         ids += turn
         mask += [True] * len(turn)
         if observation is not None:
-            obs = renderer.observation(observation)
+            obs = renderer.observation(observation, user_turn=i in trajectory.user_turns)
             ids += obs
             mask += [False] * len(obs)
     return ids, mask

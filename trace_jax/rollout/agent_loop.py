@@ -205,7 +205,8 @@ class RolloutEngine:
                 self.ledger.rollouts_finished += 1
                 leaves.append((branch.tree, node.id))
                 continue
-            node.observation = observations[i] = p.renderer.observation(result.observation)
+            node.observation = observations[i] = p.renderer.observation(result.observation,
+                                                                        user_turn=result.user_turn)
             boundaries[i] = node
             self.ledger.tokens_prefilled += len(node.observation)
             if n < sampled:

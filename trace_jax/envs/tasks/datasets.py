@@ -1,7 +1,8 @@
 """Task sources read from the datasets people have (local files only; `envs/loaders.py` reads them):
 `gsm8k` (calculator), `deepscaler` (competition math with the calculator, answers checked by
 `math-verify`), `hotpotqa` and `search_r1` (BM25 search over a corpus), `bfcl` (single-turn function
-calling, scored by the official BFCL rules).
+calling, scored by the official BFCL rules), `bfcl_multi_turn` (BFCL v4 multi-turn on the official
+backends: `envs/tasks/bfcl_multi_turn.py`).
 
 Splits: with a test file, its rows are the test split and the training file's rows whose question
 hashes to "validation" the validation split (a training row whose question is also a test question
@@ -22,6 +23,7 @@ from trace_jax.envs.bfcl import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, lo
 from trace_jax.envs.loaders import DataError, load_corpus, load_gsm8k, load_hotpotqa, load_math_problems, load_search_r1
 from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
 from trace_jax.envs.react import Action, format_action
+from trace_jax.envs.tasks.bfcl_multi_turn import BFCLMultiTurnTasks
 from trace_jax.envs.tasks.math import CalculatorEnv
 from trace_jax.envs.tasks.multihop import MultiHopEnv
 from trace_jax.envs.tools.functions import CallError, parse_call
@@ -235,5 +237,5 @@ class BFCLOracle:
         return format_action("finish", "done", "Every needed call is made." if calls else "No function fits.")
 
 
-DATASETS = {"gsm8k": GSM8KTasks, "deepscaler": DeepScaleRTasks, "hotpotqa": lambda **kw: SearchTasks("hotpotqa", **kw),
+DATASETS = {"gsm8k": GSM8KTasks, "deepscaler": DeepScaleRTasks, "bfcl_multi_turn": BFCLMultiTurnTasks, "hotpotqa": lambda **kw: SearchTasks("hotpotqa", **kw),
             "search_r1": lambda **kw: SearchTasks("search_r1", **kw), "bfcl": BFCLTasks}

@@ -34,15 +34,15 @@ class Call:
         return hash((self.name, json.dumps(self.arguments, sort_keys=True, default=str)))
 
 
-def parse_call(text: str) -> Call:
-    """`{"name": ..., "arguments": {...}}` or `name(arg=value, ...)` -> Call, else CallError."""
+def parse_call(text: str, max_chars: int = MAX_CALL_CHARS) -> Call:
+    """`{"name": ..., "arguments": {...}}` or `name(arg=value, ...)` (at most `max_chars`) -> Call, else CallError."""
     if not isinstance(text, str):
         raise CallError("a call must be text")
     text = text.strip()
     if not text:
         raise CallError("empty call")
-    if len(text) > MAX_CALL_CHARS:
-        raise CallError(f"call longer than {MAX_CALL_CHARS} characters")
+    if len(text) > max_chars:
+        raise CallError(f"call longer than {max_chars} characters")
     if _nesting(text) > MAX_NESTING:
         raise CallError(f"call nested deeper than {MAX_NESTING} brackets")
     if text.startswith("{"):
