@@ -1,6 +1,9 @@
-"""Oracle success by task source, difficulty and mistake rate: how hard the synthetic envs are.
+"""Oracle success by task source, difficulty and mistake rate: how hard the synthetic envs are, and whether a
+dataset source's oracle solves its tasks.
 
-  python experiments/oracle_stats.py --split validation      # ~20 s on a 2-core CPU
+  python experiments/oracle_stats.py --split validation      # the synthetic sources, ~20 s on a 2-core CPU
+  python experiments/oracle_stats.py --source bfcl_multi_turn --split test --rates 0.0
+  python experiments/oracle_stats.py --source deepscaler --train_path deepscaler.json --split train --rates 0.0
 
 Prints a table and, last, one JSON line {source: {mistake_rate: {difficulty: success}}}.
 """
@@ -14,6 +17,7 @@ import numpy as np
 
 from trace_jax.envs import SOURCES
 from trace_jax.envs.oracle import run_episode
+from trace_jax.envs.tasks.datasets import DATASETS
 
 
 def main():
@@ -21,10 +25,18 @@ def main():
     parser.add_argument("--split", default="validation")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rates", default="0.0,0.3")
+    parser.add_argument("--source", default="", help="one source (synthetic or dataset); default: every synthetic one")
+    parser.add_argument("--train_path", default="")
+    parser.add_argument("--test_path", default="")
+    parser.add_argument("--categories", default="")
     args = parser.parse_args()
     out = {}
-    for name, cls in SOURCES.items():
-        source = cls(args.seed)
+    if args.source and args.source not in SOURCES and args.source not in DATASETS:
+        parser.error(f"unknown --source {args.source!r}; known: {sorted(SOURCES) + sorted(DATASETS)}")
+    names = [args.source] if args.source else list(SOURCES)
+    for name in names:
+        source = (SOURCES[name](args.seed) if name in SOURCES else
+                  DATASETS[name](train_path=args.train_path, test_path=args.test_path, categories=args.categories))
         env = source.make_env()
         tasks = source.tasks(args.split)
         for rate in map(float, args.rates.split(",")):
