@@ -99,3 +99,20 @@ def test_cost_helpers_edge_cases():
                                                                                  [0, 1000])]
     runs[1]["eval"]["step"] = [0, 10]
     assert "grpo" not in curves.curves(runs)["tokens"]  # misaligned evaluations are not averaged
+
+
+def test_paired_differences_by_level_find_where_the_gain_is():
+    from trace_jax.compare.report import paired_by_level, paired_level_markdown
+    rng = np.random.default_rng(0)
+    levels = np.array([2] * 200 + [3] * 200)
+    grpo = {s: (rng.random(400) < 0.3).astype(float) for s in range(4)}
+    trace = {s: o.copy() for s, o in grpo.items()}
+    for o in trace.values():  # a gain of 0.2 on level-2 tasks only
+        flip = np.where((o == 0) & (levels == 2))[0][:40]
+        o[flip] = 1.0
+    by_level = paired_by_level("grpo", {"grpo": grpo, "trace": trace}, levels)
+    assert set(by_level) == {"2", "3"}
+    assert abs(by_level["2"]["trace"]["diff"] - 0.2) < 1e-9 and by_level["2"]["trace"]["ci95"][0] > 0.15
+    assert by_level["3"]["trace"]["diff"] == 0.0 and by_level["2"]["trace"]["eval_tasks"] == 200
+    text = paired_level_markdown({"greedy": by_level, "sampled": by_level})
+    assert "| trace | 2 | 200 / 200 | +20.0 [" in text and "| trace | 3 | 200 / 200 | +0.0 [+0.0, +0.0] |" in text

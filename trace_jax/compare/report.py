@@ -103,6 +103,33 @@ def paired_vs(reference: str, outcomes: dict[str, dict[int, np.ndarray]], *, see
     return out
 
 
+def paired_by_level(reference: str, outcomes: dict[str, dict[int, np.ndarray]], levels: np.ndarray, *,
+                    seed: int = 0) -> dict[str, dict[str, dict]]:
+    """`paired_vs` on each difficulty level's tasks alone: {level: {variant: PairedDifference JSON}} (`levels`:
+    the per-task difficulty, in the outcomes' task order). Where the gain is made, not only whether."""
+    levels = np.asarray(levels)
+    return {str(int(level)): paired_vs(reference, {v: {s: o[levels == level] for s, o in by_seed.items()}
+                                                   for v, by_seed in outcomes.items()}, seed=seed)
+            for level in np.unique(levels)}
+
+
+def paired_level_markdown(by_level: dict[str, dict[str, dict[str, dict]]], reference: str = "grpo") -> str:
+    """Each variant minus the reference per difficulty level (`paired_by_level` per outcome kind)."""
+    def cell(d):
+        return "n/a" if d is None else f"{100 * d['diff']:+.1f} [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}]"
+    levels = sorted({level for kind in by_level.values() for level in kind}, key=int)
+    variants = list(dict.fromkeys(v for kind in by_level.values() for lv in kind.values() for v in lv))
+    lines = [f"## Paired differences to {reference} by difficulty level (points)", "",
+             "| allocator | level | tasks (greedy / mean-of-k) | greedy: diff [95% CI] | mean-of-k: diff [95% CI] |",
+             "|---|---|---|---|---|"]
+    for v in variants:
+        for level in levels:
+            g, m = (by_level.get(k, {}).get(level, {}).get(v) for k in ("greedy", "sampled"))
+            tasks = " / ".join(str(d["eval_tasks"]) if d else "0" for d in (g, m))
+            lines.append(f"| {v} | {level} | {tasks} | {cell(g)} | {cell(m)} |")
+    return "\n".join(lines) + "\n"
+
+
 def paired_markdown(paired: dict[str, dict[str, dict]], reference: str = "grpo") -> str:
     """Each variant minus the reference on the same seeds and tasks (`paired_vs` per outcome kind)."""
     def cell(d):

@@ -230,7 +230,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     if compare.study == "mechanism":
         return _mechanism(setup, params, base, compare, workdir, predictor_study, after_sft)
 
-    records, outcomes, failed = [], {"greedy": {}, "sampled": {}}, []
+    records, outcomes, levels, failed = [], {"greedy": {}, "sampled": {}}, {}, []
     for i, (variant, seed, run) in enumerate(runs):
         run_dir = _run_dir(workdir, variant.name, seed, run)
         experiment.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
@@ -272,6 +272,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         if os.path.exists(final):  # runs from before per-task outcomes were kept have none
             for kind, o in read_outcomes(final).items():
                 outcomes[kind].setdefault(variant.name, {})[seed] = np.asarray(o.successes, float) / o.k
+                levels.setdefault(kind, np.asarray(o.difficulty))
 
     if failed:
         raise audit.BudgetAuditError(f"{len(failed)} run(s) failed the budget audit, so no report is written (the "
@@ -283,6 +284,8 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     summary = report.aggregate(records)
     reference = next(iter(summary)) if compare.ablation else "grpo"
     paired = {kind: report.paired_vs("grpo", by_variant, seed=base_run.seed) for kind, by_variant in outcomes.items()}
+    paired_levels = {kind: report.paired_by_level("grpo", by_variant, levels[kind], seed=base_run.seed)
+                     for kind, by_variant in outcomes.items() if kind in levels}
     cost_curves = curves.curves(records, reference=reference)
     suffix = grid.suffix(compare)
     b = runs[0][2].budget
@@ -303,13 +306,15 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         with open(written[0], "w", encoding="utf-8") as f:
             json.dump({"setting": setting, "compare": dataclasses.asdict(compare), "after_sft": after_sft,
                        "summary": summary, "runs": records, "generalization": predictor_study,
-                       "paired_vs_grpo": paired, "curves": cost_curves, "primary_endpoint": primary}, f, indent=1)
+                       "paired_vs_grpo": paired, "paired_vs_grpo_by_level": paired_levels, "curves": cost_curves,
+                       "primary_endpoint": primary}, f, indent=1)
         with open(written[1], "w", encoding="utf-8") as f:
             f.write(report.markdown(summary, title=title, after_sft=after_sft["accuracy"], setting=setting,
                                     generalization=predictor_study, reference=reference))
             f.write("\n## Learning curves against cost\n\n" + curves.markdown(cost_curves, reference=reference))
             if paired["greedy"] or paired["sampled"]:
                 f.write("\n" + report.paired_markdown(paired))
+                f.write("\n" + report.paired_level_markdown(paired_levels))
         written += report.plots(records, workdir, predictor_study, suffix) + curves.plot(cost_curves, workdir, suffix)
         if compare.results:
             results_store.keep_report(compare.results, written)
