@@ -1,4 +1,5 @@
-"""Test-session setup: 8 host CPU devices (for mesh tests) and JAX's persistent compilation cache.
+"""Test-session setup: 8 host CPU devices (for mesh tests) and JAX's persistent compilation cache (shared
+with the subprocesses tests start).
 
 XLA_FLAGS must be set before JAX initialises its backends, hence at import time here.
 """
@@ -10,9 +11,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import jax  # noqa: E402
 
-jax.config.update("jax_compilation_cache_dir",
-                  os.environ.get("TRACE_JAX_TEST_CACHE", os.path.expanduser("~/.cache/trace_jax/jax_test_cache")))
+CACHE = os.environ.get("TRACE_JAX_TEST_CACHE", os.path.expanduser("~/.cache/trace_jax/jax_test_cache"))
+jax.config.update("jax_compilation_cache_dir", CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+# Subprocesses (command-line runs, notebook kernels) share it: they compile the same small models again.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 
 import pytest  # noqa: E402

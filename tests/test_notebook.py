@@ -4,22 +4,12 @@ parameters cell overridden (papermill-style) by a tiny local checkpoint and GSM8
 import json
 import os
 
-import jax
 import nbformat
-import pytest
 from nbclient import NotebookClient
 
 from trace_jax.testing.checkpoints import write_gsm8k_files, write_tiny_qwen3_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(autouse=True)
-def kernels_share_the_compilation_cache(monkeypatch):
-    """Kernels are fresh processes: with the test session's persistent compilation cache they reuse what the
-    suite compiled before (the same small models) instead of compiling it again."""
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", jax.config.jax_compilation_cache_dir)
-    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 def _execute(name: str, overrides: str | None = None, allow_errors: bool = False):
