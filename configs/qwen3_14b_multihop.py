@@ -11,6 +11,6 @@ from configs import qwen3_8b_multihop
 
 def get_config(arg: str | None = None):
     c = qwen3_8b_multihop.get_config(arg, size="14b")
-    c.learner.micro_batch = 2
+    c.learner.micro_batch = 8  # a multiple of data x fsdp: one sequence per fsdp shard
     c.mesh.update(data=1, fsdp=8, tensor=2)
     return c

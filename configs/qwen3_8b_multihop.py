@@ -17,7 +17,7 @@ def paper_scale(checkpoint: str, size: str = "8b"):
     c.task.update(max_turns=8, max_tokens=4096, search_top_k=3, search_words=100)
     c.sft.update(steps=0)  # instruction-tuned checkpoints act in ReAct directly
     c.rl.update(steps=200, max_new_tokens=512, eval_every=20)
-    c.learner.update(learning_rate=1e-6, micro_batch=4)
+    c.learner.update(learning_rate=1e-6, micro_batch=8)  # one sequence per device of the fsdp=8 mesh
     c.budget.update(rollouts=512, prompts=64, candidates=256, m_max=16, rounds=2)
     c.eval.update(num_tasks=1000, pass_k=4)
     c.checkpoint.keep = 3

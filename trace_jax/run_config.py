@@ -375,6 +375,11 @@ def _check_consistency(run: RunConfig) -> None:
         raise ConfigError("config field 'eval.num_tasks' must be set (> 0) with eval.split='separate': it is the "
                           "number of questions the separate generator draws")
     devices = run.mesh.data * run.mesh.fsdp * run.mesh.tensor
+    batch_devices = run.mesh.data * run.mesh.fsdp
+    if devices > 1 and run.learner.micro_batch % batch_devices:
+        raise ConfigError(f"config fields 'learner.micro_batch'={run.learner.micro_batch} and 'mesh' (data x fsdp = "
+                          f"{batch_devices}) conflict: a micro-batch's sequences are split over data x fsdp, so "
+                          f"micro_batch must be a multiple of {batch_devices}")
     if devices > jax.device_count():
         raise ConfigError(f"config field 'mesh': data x fsdp x tensor = {devices} devices, but only "
                           f"{jax.device_count()} are available")

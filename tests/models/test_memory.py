@@ -37,7 +37,7 @@ def test_learner_estimate_is_close_to_xlas_analysis_of_the_compiled_step(preset,
     a = compiled.memory_analysis()
     xla = a.argument_size_in_bytes + a.temp_size_in_bytes + a.output_size_in_bytes - a.alias_size_in_bytes
     estimate = memory.estimate(config, rollout_rows=1, context=context, micro_batch=micro).per_device
-    assert 0.6 < estimate / xla < 1.5, (estimate, xla)
+    assert 1.0 < estimate / xla < 1.4, (estimate, xla)  # conservative, not far off
 
 
 def test_a_checkpoint_too_large_is_refused_naming_the_largest_that_fits():

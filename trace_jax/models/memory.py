@@ -7,12 +7,13 @@ The estimate counts what dominates at these shapes, per device:
     `fsdp x tensor` devices the learner shards them across;
   - the larger of (a) the rollout KV cache, `2 L x rows x K H x context` in the compute dtype (the
     sampler runs on one device: rollouts are not sharded yet), and (b) the learner's activations of one
-    micro-batch without rematerialisation: per layer and token the residual, q/k/v/o, the MLP's three
-    widths and the attention scores and probabilities (`2 N x context`), plus four fp32 copies of the
+    micro-batch: per layer and token the outputs the layer keeps for the backward pass (the residual,
+    q/k/v/o, the MLP's three widths; `models/transformer.py` rematerialises the attention scores), one
+    layer's attention scores and probabilities (`2 N x context`) at a time, and four fp32 copies of the
     logits (logits, log-softmax, their gradients);
   - 10% for XLA's buffers and fragmentation.
 It is an estimate to catch a clear misfit (Qwen3-1.7B's AdamW state on a 16 GB T4) before a download, not a
-profile: against XLA's own memory analysis of the compiled learner step (CPU) it came to 0.74-1.07x
+profile: against XLA's own memory analysis of the compiled learner step (CPU) it came to 1.13-1.21x (slightly conservative)
 (tests/models/test_memory.py).
 """
 
@@ -71,8 +72,9 @@ def estimate(config: ModelConfig, *, rollout_rows: int, context: int, micro_batc
     train_state = 4 * num_params(c) * _bytes(c.param_dtype) // shards
     kv = 2 * c.num_layers * rollout_rows * c.num_kv_heads * c.head_dim * context * act
     per_token_layer = (4 * c.hidden_size + 3 * c.intermediate_size + 2 * c.num_heads * c.head_dim
-                       + 2 * c.num_kv_heads * c.head_dim + 2 * c.num_heads * context)
-    activations = micro_batch * context * (c.num_layers * per_token_layer * act + 4 * c.vocab_size * 4)
+                       + 2 * c.num_kv_heads * c.head_dim)
+    attention = 2 * c.num_heads * context  # scores and probabilities: one layer at a time (recomputed)
+    activations = micro_batch * context * ((c.num_layers * per_token_layer + attention) * act + 4 * c.vocab_size * 4)
     return MemoryEstimate(train_state, kv, activations)
 
 

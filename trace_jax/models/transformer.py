@@ -167,6 +167,11 @@ class Transformer(nnx.Module):
                 h, _ = nnx.merge(layer_def, state)(h, sin, cos, mask)
                 return h, None
 
+            # Under differentiation each layer keeps its weight matmuls' outputs and recomputes the
+            # attention scores (the [B, N, S, S] terms) in the backward pass instead of storing them;
+            # forward-only calls are unaffected.
+            body = jax.checkpoint(body, prevent_cse=False,
+                                  policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
             x, _ = jax.lax.scan(body, x, layer_state)
             new_cache = None
         else:

@@ -1,0 +1,162 @@
+"""Paper-scale dry run: will a config's TRACE step fit its devices? Abstract params (no weights), fake CPU
+devices, and XLA's own memory analysis of the programs a step runs, compiled ahead of time for the
+config's mesh, budget and lengths:
+
+  - learner: the sharded train step (`rl/learner.py`) on the config's (data, fsdp, tensor) mesh, one
+    optimizer step over the step's rollouts in micro-batches of `learner.micro_batch` sequences;
+  - decode: the sampler's decode loop over all live rows of a step (`budget.rollouts` rows, the unit
+    TRACE's `tree_expand` and every turn run), as the sampler runs today: on one device, params and KV cache
+    unsharded (issue 19: the sampling layout);
+  - prefill: one `MAX_CHUNK`-token prefill chunk (`extend`) into those rows.
+
+  python experiments/dry_run.py --config configs/qwen3_14b_multihop.py --devices 16
+  python experiments/dry_run.py --config configs/qwen3_8b_multihop.py --devices 8
+
+Per program and device: argument, output, temporary and aliased (donated) bytes from
+`compiled.memory_analysis()`, their sum (arguments + outputs + temporaries - aliased), FLOPs per token
+from `compiled.cost_analysis()` where XLA reports them, and `trace_jax/models/memory.py`'s estimate beside
+it. The last line is one JSON object {"config", "devices", "mesh", "per_device_bytes": {"decode", "prefill",
+"learner"}, "fits": {"v5e 16GiB": bool, "v5p 95GiB": bool, "H100 80GB": bool}, "source": "..."}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+_parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+_parser.add_argument("--config", required=True, help="a config file (path[:args], as experiments/train.py takes)")
+_parser.add_argument("--devices", type=int, default=0, help="fake CPU devices (default: the config's mesh size)")
+_parser.add_argument("--prompt_tokens", type=int, default=512, help="prompt length before the episode's tokens")
+
+if __name__ == "__main__":  # fake devices must exist before JAX starts
+    _args = _parser.parse_args()
+    if _args.devices:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_force_host_platform_device_count={_args.devices}").strip()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import functools  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import tempfile  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from trace_jax import run_config  # noqa: E402
+from trace_jax.models.memory import GIB, estimate  # noqa: E402
+from trace_jax.models.presets import get_preset  # noqa: E402
+from trace_jax.models.transformer import num_params, param_shapes  # noqa: E402
+from trace_jax.parallel.mesh import make_mesh  # noqa: E402
+from trace_jax.parallel.rules import batch_sharding, param_shardings  # noqa: E402
+from trace_jax.rl import learner  # noqa: E402
+from trace_jax.sampling import SamplingParams  # noqa: E402
+from trace_jax.sampling import engine  # noqa: E402
+from trace_jax.sampling.state import SamplerState, batch_bucket, empty_state, length_bucket  # noqa: E402
+
+DEVICES = {"v5e 16GiB": 16 * GIB, "v5p 95GiB": 95 * GIB, "H100 80GB": 80 * 10 ** 9}
+
+
+def _abstract(tree, shardings=None):
+    if shardings is None:
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def _analysis(compiled, tokens: int, min_flops_per_token: float) -> dict:
+    m = compiled.memory_analysis()
+    total = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    flops = (cost or {}).get("flops")
+    per_token = (flops or 0) / tokens
+    return {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes, "temporaries": m.temp_size_in_bytes,
+            "aliased": m.alias_size_in_bytes, "total": total,
+            # XLA leaves the work inside scan/while loops out of its count: below 2 x params per token it is that
+            "flops_per_token": per_token if per_token >= min_flops_per_token else None}
+
+
+def learner_program(run, model_config, mesh, context: int) -> dict:
+    optimizer = learner.make_optimizer(run.learner)
+    params = param_shapes(model_config)
+    p_sh = param_shardings(params, mesh)
+    opt_state = jax.eval_shape(optimizer.init, params)
+    o_sh = param_shardings(opt_state, mesh)  # the moments follow their params' rules (paths end the same way)
+    b_sh = batch_sharding(mesh)
+    micro = run.learner.micro_batch
+    num_micro = max(1, batch_bucket(run.budget.rollouts) // micro)
+    batch = {k: jax.ShapeDtypeStruct((num_micro, micro, context), d, sharding=b_sh) for k, d in dict(
+        tokens=jnp.int32, valid=bool, targets=jnp.int32, mask=bool, advantages=jnp.float32,
+        old_logprobs=jnp.float32).items()}
+    step = jax.jit(functools.partial(learner._train_step, model_config, run.loss, optimizer),
+                   in_shardings=(p_sh, o_sh, b_sh), out_shardings=(p_sh, o_sh, None), donate_argnums=(0, 1))
+    compiled = step.lower(_abstract(params, p_sh), _abstract(opt_state, o_sh), batch).compile()
+    return _analysis(compiled, num_micro * micro * context, 2 * num_params(model_config))
+
+
+def sampler_programs(run, model_config, context: int) -> dict:
+    rows = batch_bucket(run.budget.rollouts)
+    params = _abstract(param_shapes(model_config))
+    state = _abstract(jax.eval_shape(functools.partial(empty_state, model_config, rows, context)))
+    sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p, max_new_tokens=run.rl.max_new_tokens)
+    scalar = jax.ShapeDtypeStruct((), jnp.int32)
+    ids = jax.ShapeDtypeStruct((rows,), jnp.int32)
+    decode = engine._decode.lower(model_config, sampling, params, state, scalar, ids,
+                                  jax.ShapeDtypeStruct((rows,), bool)).compile()
+    chunk = engine.MAX_CHUNK
+    prefill = engine._append.lower(model_config, params, state, jax.ShapeDtypeStruct((rows, chunk), jnp.int32),
+                                   jax.ShapeDtypeStruct((rows, chunk), bool)).compile()
+    least = 2 * num_params(model_config)
+    return {"decode": _analysis(decode, rows * run.rl.max_new_tokens, least),
+            "prefill": _analysis(prefill, rows * chunk, least), "rows": rows}
+
+
+def main():
+    args = _parser.parse_args()
+    path, _, arg = args.config.partition(":")
+    spec = importlib.util.spec_from_file_location("dry_run_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config(arg or None)
+    config.model.checkpoint = tempfile.mkdtemp()  # validated as a path only: shapes come from the preset, no weights
+    run = run_config.from_config_dict(config)
+    model_config = get_preset(run.model.preset, param_dtype=run.model.param_dtype, dtype=run.model.dtype)
+    mesh = make_mesh(run.mesh.data, run.mesh.fsdp, run.mesh.tensor)
+    context = length_bucket(args.prompt_tokens + run.task.max_tokens)
+    print(f"{path}: {run.model.preset} ({run.model.param_dtype}), mesh {dict(mesh.shape)} on {len(jax.devices())} "
+          f"fake CPU devices, {run.budget.rollouts} rollouts per step, context {context} tokens, learner "
+          f"micro-batches of {run.learner.micro_batch}", flush=True)
+    programs = {"learner": learner_program(run, model_config, mesh, context)}
+    sampler = sampler_programs(run, model_config, context)
+    programs.update(decode=sampler["decode"], prefill=sampler["prefill"])
+    shards = run.mesh.fsdp * run.mesh.tensor
+    estimated = {
+        "learner": estimate(model_config, rollout_rows=1, context=context, micro_batch=max(
+            1, run.learner.micro_batch // (run.mesh.data * run.mesh.fsdp)), shards=shards),
+        "decode": estimate(model_config, rollout_rows=sampler["rows"], context=context, micro_batch=1)}
+    for name, p in programs.items():
+        flops = (", FLOPs not counted by XLA (inside a loop)" if p["flops_per_token"] is None
+                 else f", {p['flops_per_token'] / 1e9:.1f} GFLOP per token")
+        note = ""
+        if name in estimated:
+            e = estimated[name]
+            part = e.train_state + e.learner_activations if name == "learner" else e.rollout_cache
+            note = f"; estimate (models/memory.py, {'train state + activations' if name == 'learner' else 'KV cache'}) " \
+                   f"{part / GIB:.1f} GiB"
+        print(f"{name:>8}: {p['total'] / GIB:8.1f} GiB per device (arguments {p['arguments'] / GIB:.1f}, outputs "
+              f"{p['outputs'] / GIB:.1f}, temporaries {p['temporaries'] / GIB:.1f}, aliased {p['aliased'] / GIB:.1f})"
+              f"{flops}{note}", flush=True)
+    per_device = {name: p["total"] for name, p in programs.items()}
+    worst = max(per_device.values())
+    fits = {name: worst <= limit for name, limit in DEVICES.items()}
+    print("fits: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in fits.items()) +
+          f" (the largest program: {max(per_device, key=per_device.get)}, {worst / GIB:.1f} GiB)")
+    print(json.dumps({"config": args.config, "devices": len(jax.devices()), "mesh": dict(mesh.shape),
+                      "per_device_bytes": per_device, "fits": fits,
+                      "source": "compiled.memory_analysis() on fake CPU devices; the sampler on one device"}))
+
+
+if __name__ == "__main__":
+    main()
