@@ -103,3 +103,35 @@ def test_tool_calls_accumulate_across_expand_calls_on_different_trees(tiny_setup
     engine.expand(second, [(0, 0, 3), (1, 0, 3)])
     assert engine.ledger.tool_calls == sum(t.tool_calls() for t in first + second)
     assert sum(t.tool_calls() for t in first) > 0 and sum(t.tool_calls() for t in second) > 0
+
+
+def test_a_request_answered_mid_conversation_continues_with_the_users_next_message(tiny_setup):
+    """Multi-turn tasks (BFCL multi-turn): a final answer to one request is followed by the user's next
+    message, prefilled in the user's role; the rollout ends after the last request; its boundary forks."""
+    from trace_jax.envs.formats import FORMATS
+    from trace_jax.envs.react import Action
+
+    class AnswerEveryTurn(type(FORMATS["react"])):  # random text: every turn is an answer
+        def parse(self, text, env):
+            return Action("finish", text)
+
+    class TwoRequests(type(tiny_setup.env)):
+        def next_user_turn(self, task, episode):
+            if episode.memory.get("asked"):
+                return None
+            episode.memory["asked"] = True
+            return "And the second request?"
+
+    env = TwoRequests(tiny_setup.source.index, tiny_setup.env.limits)
+    env.action_format = AnswerEveryTurn()
+    engine = RolloutEngine(tiny_setup.policy, env, seed=5)
+    trees = engine.roots(tiny_setup.source.tasks("train")[:2])
+    engine.expand(trees, [(0, 0, 2), (1, 0, 2)])
+    user_turn = tiny_setup.policy.renderer.observation("And the second request?", user_turn=True)
+    assert tiny_setup.tokenizer.decode(user_turn) == "\nUser: And the second request?\n"
+    boundaries = [(i, n) for i, t in enumerate(trees) for n in t.nodes[1:] if list(n.observation) == user_turn]
+    assert len(boundaries) == 4  # every rollout's first turn answered and the second request followed
+    for i, node in boundaries:
+        assert not node.terminal and all(trees[i].nodes[c].terminal for c in node.children)
+    engine.expand(trees, [(i, node.id, 1) for i, node in boundaries[:2]])  # forks at the user's turn
+    assert engine.ledger.rollouts_started == engine.ledger.rollouts_finished == 6
