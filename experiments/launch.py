@@ -15,7 +15,12 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file (optionally file.py:arg).",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and the exported model go.")
-flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (multi-host runs).")
+flags.DEFINE_bool("distributed", False, "Join a multi-host run (jax.distributed.initialize): with the three flags "
+                  "below, or from the cluster environment (TPU pods, SLURM) without them.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (with --distributed).")
+flags.DEFINE_integer("num_processes", None, "Processes in the run (with --distributed).")
+flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes) (with --distributed).")
+flags.DEFINE_integer("initialization_timeout", 300, "Seconds to wait for every process to join before failing.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -25,8 +30,14 @@ def run(entry_point) -> None:
         del argv
         logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
         import jax
+
+        from trace_jax.parallel.mesh import check_distributed, initialize_distributed
+        explicit = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
         if FLAGS.distributed:
-            jax.distributed.initialize()
+            initialize_distributed(*explicit, timeout_s=FLAGS.initialization_timeout)
+        elif any(v is not None for v in explicit):
+            check_distributed(*explicit)  # named first when malformed
+            raise app.UsageError("--coordinator_address/--num_processes/--process_id need --distributed")
         from trace_jax import train
         call = getattr(train, entry_point) if isinstance(entry_point, str) else entry_point
         summary = call(FLAGS.config, FLAGS.workdir)

@@ -19,10 +19,31 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices=None) -> Me
     return Mesh(np.asarray(devices[:need]).reshape(data, fsdp, tensor), AXES)
 
 
+def check_distributed(coordinator: str | None, num_processes: int | None, process_id: int | None) -> None:
+    """Explicit multi-host arguments come together (or not at all: the cluster environment then supplies
+    them); raises ValueError naming what is missing or out of range, before any process waits on another."""
+    given = {"--coordinator_address": coordinator, "--num_processes": num_processes, "--process_id": process_id}
+    missing = [k for k, v in given.items() if v is None]
+    if len(missing) not in (0, 3):
+        raise ValueError(f"multi-host flags come together: {', '.join(k for k in given if k not in missing)} given "
+                         f"without {', '.join(missing)} (or give none of them to read the cluster environment, "
+                         "as on TPU pods and SLURM)")
+    if coordinator is None:
+        return
+    host, _, port = coordinator.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--coordinator_address={coordinator!r}: expected host:port, e.g. 10.0.0.1:1234")
+    if num_processes < 1 or not 0 <= process_id < num_processes:
+        raise ValueError(f"--process_id={process_id} must lie in [0, --num_processes={num_processes})")
+
+
 def initialize_distributed(coordinator: str | None = None, num_processes: int | None = None,
-                           process_id: int | None = None) -> None:
+                           process_id: int | None = None, timeout_s: int = 300) -> None:
     """`jax.distributed.initialize` (arguments from the cluster environment when omitted); on CPU the
-    collectives go through gloo."""
+    collectives go through gloo. A process whose peers do not all join within `timeout_s` exits with
+    JAX's error instead of waiting forever."""
+    check_distributed(coordinator, num_processes, process_id)
     if jax.config.jax_platforms in (None, "", "cpu") or not jax.config.jax_platforms:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id,
+                               initialization_timeout=timeout_s)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import bm25s
 import numpy as np
 
 from trace_jax.envs.protocol import DataError
@@ -31,6 +30,8 @@ class SearchIndex:
         self.documents = list(documents)
         self.top_k = top_k
         self.max_words = max_words_per_passage
+        import bm25s  # here, not at import: importing bm25s starts JAX's backend, which must wait for
+        # jax.distributed.initialize in multi-host runs (the launcher loads configs, hence envs, first)
         tokens = bm25s.tokenize([d.contents for d in self.documents], stopwords="en", show_progress=False)
         if not tokens.vocab:
             raise DataError(f"cannot index this corpus: none of its {len(self.documents)} documents has a word "
@@ -40,6 +41,7 @@ class SearchIndex:
 
     def retrieve(self, query: str, k: int | None = None) -> list[tuple[int, float]]:
         k = min(k or self.top_k, len(self.documents))
+        import bm25s
         words = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)
         if not words or not words[0]:
             return []
