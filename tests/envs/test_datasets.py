@@ -113,6 +113,23 @@ def test_deepscaler_answers_are_judged_by_math_verify(answer, gold, same):
     assert reward == float(same)
 
 
+def test_2wikimultihopqa_rows_load_as_hotpotqa_and_their_oracle_succeeds(tmp_path):
+    """2WikiMultiHopQA ships HotpotQA's shape plus `evidences` triples and its own question types, no level."""
+    rows = [{"_id": f"w{i}", "type": "compositional", "question": f"Who is the mother of the director of Film{i}?",
+             "answer": f"Mother{i}", "evidences": [[f"Film{i}", "director", f"Director{i}"],
+                                                   [f"Director{i}", "mother", f"Mother{i}"]],
+             "supporting_facts": [[f"Film{i}", 0], [f"Director{i}", 0]],
+             "context": [[f"Film{i}", [f"Film{i} is directed by Director{i}."]],
+                         [f"Director{i}", [f"Director{i} is the child of Mother{i}."]]]} for i in range(6)]
+    (tmp_path / "2wiki_dev.json").write_text(json.dumps(rows))
+    source = DATASETS["hotpotqa"](train_path=str(tmp_path / "2wiki_dev.json"))
+    tasks = [t for split in ("train", "validation", "test") for t in source.tasks(split)]
+    assert len(tasks) == 6 and {t.data["type"] for t in tasks} == {"compositional"}
+    env = source.make_env()
+    for task in tasks:
+        assert run_episode(env, task, source.oracle(0.0)).success
+
+
 def test_hotpotqa_scores_exact_match_or_token_f1_at_the_configured_threshold(files, tmp_path):
     from trace_jax import experiment
     task = Task(id="t", question="q", answers=("the Eiffel Tower",))
