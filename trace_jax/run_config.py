@@ -1,29 +1,19 @@
 """The typed run configuration: an `ml_collections.ConfigDict` from `configs/*.py` becomes frozen,
-keyword-only dataclasses before any library code sees it. Unknown fields, conflicting fields and
-paths that do not exist fail here, before compute, with the field named."""
+keyword-only dataclasses before any library code sees it. Unknown fields fail here, and bad values,
+conflicting fields and paths that do not exist in `config_checks.py`, before compute, with the field named."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import os
 from typing import Any
-
-import jax
 
 from trace_jax.allocation import ALLOCATORS, AllocatorConfig, BudgetConfig, default_advantage
 from trace_jax.allocation.predictor import PredictorConfig
-from trace_jax.envs import SOURCES
-from trace_jax.envs.formats import FORMATS
-from trace_jax.envs.tasks.datasets import DATASETS
-from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
-from trace_jax.models.presets import PRESETS
 from trace_jax.registry import RegistryError
 from trace_jax.rl.advantages import ESTIMATORS, AdvantageConfig
 from trace_jax.rl.learner import LearnerConfig
 from trace_jax.rl.losses import LOSSES, LossConfig
-from trace_jax.rollout.agent_loop import MAX_TURNS
 
 
 class ConfigError(ValueError):
@@ -238,151 +228,10 @@ def from_config_dict(config) -> RunConfig:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"config field 'seed'={seed!r} must be an integer >= 0")
     run = RunConfig(seed=seed, **sections)
-    _check_fields(run)
-    _check_consistency(run)
+    from trace_jax.config_checks import check_consistency, check_fields  # they read this module's classes
+    check_fields(run)
+    check_consistency(run)
     return run
-
-
-@dataclasses.dataclass(frozen=True)
-class Range:
-    """An interval a numeric config field must lie in."""
-
-    low: float = float("-inf")
-    high: float = float("inf")
-    low_open: bool = False
-    high_open: bool = False
-
-    def __contains__(self, value) -> bool:
-        return ((value > self.low if self.low_open else value >= self.low)
-                and (value < self.high if self.high_open else value <= self.high))
-
-    def __str__(self) -> str:
-        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
-
-
-_AT_LEAST_0, _AT_LEAST_1 = Range(0), Range(1)
-_POSITIVE = Range(0, low_open=True)
-_PROBABILITY = Range(0, 1)
-
-# Every numeric field of the plain sections and of the registry sections' base configs (entries'
-# own options are checked by their config classes). A field not listed here has no range.
-FIELD_RANGES: dict[str, Range] = {
-    "task.seed": _AT_LEAST_0, "task.num_questions": _AT_LEAST_1, "task.max_difficulty": _AT_LEAST_0,
-    "task.max_tokens": _AT_LEAST_1, "task.search_top_k": _AT_LEAST_1, "task.search_words": _AT_LEAST_1,
-    "task.f1_success": _PROBABILITY,
-    "sft.steps": _AT_LEAST_0, "sft.batch_size": _AT_LEAST_1, "sft.learning_rate": _POSITIVE,
-    "sft.num_demos": _AT_LEAST_1, "sft.mistake_rate": _PROBABILITY, "sft.max_len": Range(2),
-    "rl.steps": _AT_LEAST_0, "rl.temperature": _POSITIVE, "rl.top_p": Range(0, 1, low_open=True),
-    "rl.max_new_tokens": _AT_LEAST_1, "rl.eval_every": _AT_LEAST_0, "rl.train_prompts": _AT_LEAST_0,
-    "learner.learning_rate": _POSITIVE, "learner.weight_decay": _AT_LEAST_0, "learner.max_grad_norm": _POSITIVE,
-    "learner.micro_batch": _AT_LEAST_1,
-    "budget.rollouts": _AT_LEAST_1, "budget.prompts": _AT_LEAST_1, "budget.candidates": _AT_LEAST_1,
-    "budget.m_min": _AT_LEAST_1, "budget.m_max": _AT_LEAST_1, "budget.rounds": _AT_LEAST_0,
-    "budget.branch_k": _AT_LEAST_1,
-    "predictor.width": _AT_LEAST_1, "predictor.learning_rate": _POSITIVE, "predictor.epochs": _AT_LEAST_1,
-    "predictor.replay_steps": _AT_LEAST_1, "predictor.weight_cap": _POSITIVE,
-    "advantage.lambda_local": _AT_LEAST_0, "advantage.eps": _POSITIVE,
-    "loss.clip_low": Range(0, 1, high_open=True), "loss.clip_high": _AT_LEAST_0, "loss.kl_coef": _AT_LEAST_0,
-    "eval.num_tasks": _AT_LEAST_0, "eval.pass_k": _AT_LEAST_0, "eval.sample_k": _AT_LEAST_0,
-    "eval.sample_tasks": _AT_LEAST_0,
-    "checkpoint.every": _AT_LEAST_1, "checkpoint.keep": _AT_LEAST_1,
-    "mesh.data": _AT_LEAST_1, "mesh.fsdp": _AT_LEAST_1, "mesh.tensor": _AT_LEAST_1,
-}
-_SCALAR_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
-def _check_fields(run: RunConfig) -> None:
-    """Types (from each field's annotation) and ranges (FIELD_RANGES) of every field, named in the error."""
-    for name in _SECTIONS:
-        section = getattr(run, name)
-        for field in dataclasses.fields(section):
-            key, value = f"{name}.{field.name}", getattr(section, field.name)
-            kinds = _SCALAR_TYPES.get(str(field.type))
-            if kinds and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
-                raise ConfigError(f"config field '{key}'={value!r} must be of type {field.type}")
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"config field '{key}'={value!r} must be a finite number")
-            allowed = FIELD_RANGES.get(key)
-            if allowed is not None and value not in allowed:
-                raise ConfigError(f"config field '{key}'={value!r} is out of range: allowed {allowed}")
-    if run.budget.m_min > run.budget.m_max:
-        raise ConfigError(f"config fields 'budget.m_min'={run.budget.m_min} and 'budget.m_max'={run.budget.m_max} "
-                          "conflict: m_min must be <= m_max")
-    if run.budget.prompts > run.budget.candidates:
-        raise ConfigError(f"config fields 'budget.prompts'={run.budget.prompts} and 'budget.candidates'="
-                          f"{run.budget.candidates} conflict: prompts are chosen among the candidates")
-
-
-def _check_dataset(task: TaskSection, evaluation: EvalSection) -> None:
-    """The files a dataset source reads exist (named before any compute); synthetic sources take none."""
-    given = {f"task.{k}": getattr(task, k) for k in ("train_path", "test_path", "corpus_path", "categories",
-                                                      "search_url")}
-    if task.source in SOURCES:
-        extra = [k for k, v in given.items() if v]
-        if extra:
-            raise ConfigError(f"config field(s) {extra} apply to the dataset sources {sorted(DATASETS)}, not to "
-                              f"the synthetic source {task.source!r}")
-        return
-    if not task.train_path and task.source != "bfcl_multi_turn":  # "" there: the installed bfcl_eval's data
-        raise ConfigError(f"config field 'task.train_path' must name the training file of task.source="
-                          f"{task.source!r}" + (" (the release's data directory)" if task.source == "bfcl" else ""))
-    for key in ("task.train_path", "task.test_path", "task.corpus_path"):
-        if given[key] and not os.path.exists(given[key]):
-            raise ConfigError(f"config field '{key}': path {given[key]!r} does not exist")
-    if task.source == "search_r1" and not task.corpus_path and not task.search_url:
-        raise ConfigError("config field 'task.corpus_path' must name the corpus JSONL for task.source='search_r1' "
-                          "(or task.search_url a retrieval server)")
-    if task.search_url and (task.source not in ("hotpotqa", "search_r1")
-                            or not task.search_url.startswith(("http://", "https://"))):
-        raise ConfigError(f"config field 'task.search_url'={task.search_url!r}: an http(s) URL, for the search "
-                          "sources hotpotqa and search_r1")
-    if task.categories and task.source not in ("bfcl", "bfcl_multi_turn"):
-        raise ConfigError("config field 'task.categories' applies to task.source='bfcl' and 'bfcl_multi_turn' only")
-    if evaluation.split == SEPARATE:
-        raise ConfigError(f"config field 'eval.split'='separate' needs a synthetic generator; task.source="
-                          f"{task.source!r} reads files: use 'test' (task.test_path) or 'validation'")
-
-
-def _check_consistency(run: RunConfig) -> None:
-    if run.model.preset not in PRESETS and not run.model.checkpoint:
-        raise ConfigError(f"config field 'model.preset': unknown preset {run.model.preset!r}; known {sorted(PRESETS)}")
-    if not run.model.checkpoint and run.model.preset not in ("tiny", "mini", "small"):
-        raise ConfigError(f"config field 'model.checkpoint' is empty: preset {run.model.preset!r} is a real model "
-                          "shape and needs local weights (random init is only for tiny/mini/small)")
-    for field, path in (("model.checkpoint", run.model.checkpoint), ("model.tokenizer", run.model.tokenizer),
-                        ("sft.data_path", run.sft.data_path)):
-        if path and not os.path.exists(path):
-            raise ConfigError(f"config field '{field}': path {path!r} does not exist")
-    if run.task.action_format not in FORMATS:
-        raise ConfigError(f"config field 'task.action_format': unknown format {run.task.action_format!r}; known "
-                          f"{sorted(FORMATS)}")
-    if FORMATS[run.task.action_format].needs_chat_template and not (run.model.checkpoint or run.model.tokenizer):
-        raise ConfigError(f"config field 'task.action_format'={run.task.action_format!r} needs a chat template: set "
-                          "model.checkpoint or model.tokenizer (the bundled tokenizer has none)")
-    if run.task.source not in SOURCES and run.task.source not in DATASETS:
-        raise ConfigError(f"config field 'task.source': unknown source {run.task.source!r}; known "
-                          f"{sorted(SOURCES) + sorted(DATASETS)}")
-    _check_dataset(run.task, run.eval)
-    if not 1 <= run.task.max_turns <= MAX_TURNS:
-        raise ConfigError(f"config field 'task.max_turns'={run.task.max_turns} must be in [1, {MAX_TURNS}] (every "
-                          "turn of a branch draws its own sampling keys from a fixed per-branch range)")
-    if abs(run.loss.temperature - run.rl.temperature) > 1e-9:
-        raise ConfigError(f"config fields 'loss.temperature'={run.loss.temperature} and 'rl.temperature'="
-                          f"{run.rl.temperature} conflict: the learner must score tokens at the sampling temperature")
-    if run.eval.split not in EVAL_SETS:
-        raise ConfigError(f"config field 'eval.split': unknown eval set {run.eval.split!r}; known {list(EVAL_SETS)}")
-    if run.eval.split == SEPARATE and not run.eval.num_tasks:
-        raise ConfigError("config field 'eval.num_tasks' must be set (> 0) with eval.split='separate': it is the "
-                          "number of questions the separate generator draws")
-    devices = run.mesh.data * run.mesh.fsdp * run.mesh.tensor
-    batch_devices = run.mesh.data * run.mesh.fsdp
-    if devices > 1 and run.learner.micro_batch % batch_devices:
-        raise ConfigError(f"config fields 'learner.micro_batch'={run.learner.micro_batch} and 'mesh' (data x fsdp = "
-                          f"{batch_devices}) conflict: a micro-batch's sequences are split over data x fsdp, so "
-                          f"micro_batch must be a multiple of {batch_devices}")
-    if devices > jax.device_count():
-        raise ConfigError(f"config field 'mesh': data x fsdp x tensor = {devices} devices, but only "
-                          f"{jax.device_count()} are available")
 
 
 # What a checkpoint's weights depend on. An SFT checkpoint: the model, the task and the SFT recipe
