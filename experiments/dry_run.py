@@ -50,7 +50,6 @@ from trace_jax.models.memory import GIB, estimate  # noqa: E402
 from trace_jax.models.presets import get_preset  # noqa: E402
 from trace_jax.models.transformer import num_params, param_shapes  # noqa: E402
 from trace_jax.parallel.mesh import make_mesh  # noqa: E402
-from trace_jax.parallel.rules import batch_sharding, param_shardings  # noqa: E402
 from trace_jax.rl import learner  # noqa: E402
 from trace_jax.sampling import SamplingParams  # noqa: E402
 from trace_jax.sampling import engine  # noqa: E402
@@ -81,17 +80,13 @@ def _analysis(compiled, tokens: int, min_flops_per_token: float) -> dict:
 def learner_program(run, model_config, mesh, context: int) -> dict:
     optimizer = learner.make_optimizer(run.learner)
     params = param_shapes(model_config)
-    p_sh = param_shardings(params, mesh)
-    opt_state = jax.eval_shape(optimizer.init, params)
-    o_sh = param_shardings(opt_state, mesh)  # the moments follow their params' rules (paths end the same way)
-    b_sh = batch_sharding(mesh)
+    step, (p_sh, o_sh, b_sh) = learner.sharded_program(mesh, model_config, run.loss, optimizer, params)
     micro = run.learner.micro_batch
     num_micro = max(1, batch_bucket(run.budget.rollouts) // micro)
     batch = {k: jax.ShapeDtypeStruct((num_micro, micro, context), d, sharding=b_sh) for k, d in dict(
         tokens=jnp.int32, valid=bool, targets=jnp.int32, mask=bool, advantages=jnp.float32,
         old_logprobs=jnp.float32).items()}
-    step = jax.jit(functools.partial(learner._train_step, model_config, run.loss, optimizer),
-                   in_shardings=(p_sh, o_sh, b_sh), out_shardings=(p_sh, o_sh, None), donate_argnums=(0, 1))
+    opt_state = jax.eval_shape(optimizer.init, params)
     compiled = step.lower(_abstract(params, p_sh), _abstract(opt_state, o_sh), batch).compile()
     return _analysis(compiled, num_micro * micro * context, 2 * num_params(model_config))
 

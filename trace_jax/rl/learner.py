@@ -179,23 +179,29 @@ def require_finite_params(params, what: str) -> None:
 train_step = jax.jit(_train_step, static_argnums=(0, 1, 2), donate_argnums=(3, 4))
 
 
-def sharded_train_step(mesh, model_config: ModelConfig, loss_config: LossConfig,
-                       optimizer: optax.GradientTransformation, params: Params, opt_state=None):
-    """`train_step` jitted with explicit in/out shardings on `mesh` (params and optimizer state as the
-    partition rules say, batch rows over data x fsdp) and donation. Returns (step_fn, params, opt_state)
-    with params and optimizer state (fresh, or the given one) placed."""
-    from jax.sharding import NamedSharding, PartitionSpec
-
+def sharded_program(mesh, model_config: ModelConfig, loss_config: LossConfig,
+                    optimizer: optax.GradientTransformation, params):
+    """`train_step` jitted for `mesh` with explicit in/out shardings and donation, for params shaped like
+    `params` (arrays or ShapeDtypeStructs: `experiments/dry_run.py` compiles it without weights). Returns
+    (step, (param, optimizer-state, batch) shardings): params and optimizer state as the partition rules
+    say (the moments' paths end like their params'), batch rows over data x fsdp."""
     from trace_jax.parallel.rules import batch_sharding, param_shardings
 
     p_sh = param_shardings(params, mesh)
-    params = jax.device_put(params, p_sh)
-    fresh = jax.jit(optimizer.init)(params)  # moments follow the params' shardings
-    replicated = NamedSharding(mesh, PartitionSpec())
-    o_sh = jax.tree.map(lambda x: x.sharding if x.ndim and isinstance(x.sharding, NamedSharding) else replicated,
-                        fresh)
-    opt_state = jax.device_put(fresh if opt_state is None else opt_state, o_sh)
+    o_sh = param_shardings(jax.eval_shape(optimizer.init, params), mesh)
     b_sh = batch_sharding(mesh)
     step = jax.jit(functools.partial(_train_step, model_config, loss_config, optimizer),
                    in_shardings=(p_sh, o_sh, b_sh), out_shardings=(p_sh, o_sh, None), donate_argnums=(0, 1))
+    return step, (p_sh, o_sh, b_sh)
+
+
+def sharded_train_step(mesh, model_config: ModelConfig, loss_config: LossConfig,
+                       optimizer: optax.GradientTransformation, params: Params, opt_state=None):
+    """`sharded_program` with params and optimizer state (fresh, or the given one) placed: returns
+    (step_fn, params, opt_state)."""
+    step, (p_sh, o_sh, b_sh) = sharded_program(mesh, model_config, loss_config, optimizer, params)
+    params = jax.device_put(params, p_sh)
+    if opt_state is None:
+        opt_state = jax.jit(optimizer.init, out_shardings=o_sh)(params)
+    opt_state = jax.device_put(opt_state, o_sh)
     return (lambda p, o, batch: step(p, o, jax.device_put(batch, b_sh))), params, opt_state
