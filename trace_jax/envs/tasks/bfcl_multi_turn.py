@@ -94,7 +94,8 @@ class BFCLMultiTurnEnv(Env):
         return [{"role": "system", "content": self.action_format.system_prompt(self, task)},
                 {"role": "user", "content": task.question}]
 
-    def _progress(self, task: Task, episode: Episode) -> _Progress:
+    def progress(self, task: Task, episode: Episode) -> _Progress:
+        """The episode's place in its conversation (created on first use: fresh backends from the task's config)."""
         if "bfcl" not in episode.memory:
             entry = task.data["entry"]
             episode.memory["bfcl"] = _Progress(mt.Backends(entry["involved_classes"], entry.get("initial_config", {}),
@@ -102,7 +103,7 @@ class BFCLMultiTurnEnv(Env):
         return episode.memory["bfcl"]
 
     def run_tool(self, task: Task, action: Action, episode: Episode) -> str:
-        progress = self._progress(task, episode)
+        progress = self.progress(task, episode)
         try:
             call = parse_call(action.argument, max_chars=mt.MAX_CALL_CHARS)
         except CallError as e:
@@ -118,7 +119,7 @@ class BFCLMultiTurnEnv(Env):
         return f"Error: {result.removeprefix(prefix)}" if result.startswith(prefix) else result
 
     def next_user_turn(self, task: Task, episode: Episode) -> str | None:
-        progress = self._progress(task, episode)
+        progress = self.progress(task, episode)
         entry = task.data["entry"]
         if progress.request + 1 >= len(entry["question"]):
             return None
@@ -130,7 +131,7 @@ class BFCLMultiTurnEnv(Env):
         return _user_text(entry["question"][progress.request])
 
     def score(self, task: Task, answer: str, episode: Episode) -> tuple[float, dict[str, Any]]:
-        progress = self._progress(task, episode)
+        progress = self.progress(task, episode)
         entry = task.data["entry"]
         if progress.request + 1 < len(entry["question"]):  # stopped early (turn or token limit)
             return 0.0, {"error_type": "multi_turn:force_terminated", "requests": progress.request + 1}
@@ -145,7 +146,7 @@ class GroundTruthPathOracle:
 
     def __call__(self, task: Task, episode: Episode, observation: str | None, rng) -> str:
         env = episode.env
-        progress = env._progress(task, episode)
+        progress = env.progress(task, episode)
         entry = task.data["entry"]
         made = sum(len(step) for step in progress.calls[progress.request])
         todo = entry["ground_truth"][progress.request][made:]
