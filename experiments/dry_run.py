@@ -5,18 +5,23 @@ config's mesh, budget and lengths:
   - learner: the sharded train step (`rl/learner.py`) on the config's (data, fsdp, tensor) mesh, one
     optimizer step over the step's rollouts in micro-batches of `learner.micro_batch` sequences;
   - decode: the sampler's decode loop over all live rows of a step (`budget.rollouts` rows, the unit
-    TRACE's `tree_expand` and every turn run), as the sampler runs today: on one device, params and KV cache
-    unsharded (issue 19: the sampling layout);
-  - prefill: one `MAX_CHUNK`-token prefill chunk (`extend`) into those rows.
+    TRACE's `tree_expand` and every turn run), in the sampling layout (`parallel/rules.py`): rows over
+    data x fsdp, heads over tensor, params replicated over the batch axes ("replicated") or left
+    FSDP-sharded for XLA to gather layer by layer ("fsdp_gathered"); both are compiled;
+  - prefill: one `MAX_CHUNK`-token prefill chunk (`extend`) into those rows;
+  - tree_expand: the fork's row gather (`sampling/fork.py`) with every row from another shard, spread evenly.
 
   python experiments/dry_run.py --config configs/qwen3_14b_multihop.py --devices 16
   python experiments/dry_run.py --config configs/qwen3_8b_multihop.py --devices 8
 
 Per program and device: argument, output, temporary and aliased (donated) bytes from
 `compiled.memory_analysis()`, their sum (arguments + outputs + temporaries - aliased), FLOPs per token
-from `compiled.cost_analysis()` where XLA reports them, and `trace_jax/models/memory.py`'s estimate beside
-it. The last line is one JSON object {"config", "devices", "mesh", "per_device_bytes": {"decode", "prefill",
-"learner"}, "fits": {"v5e 16GiB": bool, "v5p 95GiB": bool, "H100 80GB": bool}, "source": "..."}.
+from `compiled.cost_analysis()` where XLA reports them (not inside loops), and `trace_jax/models/memory.py`'s
+estimate beside it. Per device type, the sampling layout `to_sampling_layout` would pick there (replicated
+when a tensor shard of the params takes at most half the memory) and whether every program fits. The last
+line is one JSON object {"config", "devices", "mesh", "per_device_bytes": {"learner", "decode", "prefill",
+"tree_expand"} (on the smallest device type's layout), "per_device_bytes_by_device", "sampling_layout",
+"fits": {"v5e 16GiB": bool, "v5p 95GiB": bool, "H100 80GB": bool}, "source"}.
 """
 
 from __future__ import annotations
@@ -44,16 +49,20 @@ import tempfile  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from trace_jax import run_config  # noqa: E402
 from trace_jax.models.memory import GIB, estimate  # noqa: E402
 from trace_jax.models.presets import get_preset  # noqa: E402
 from trace_jax.models.transformer import num_params, param_shapes  # noqa: E402
 from trace_jax.parallel.mesh import make_mesh  # noqa: E402
+from trace_jax.parallel.rules import (BATCH_AXES, replicated_sampling_fits, row_shards,  # noqa: E402
+                                      sampling_param_shardings)
 from trace_jax.rl import learner  # noqa: E402
 from trace_jax.sampling import SamplingParams  # noqa: E402
 from trace_jax.sampling import engine  # noqa: E402
-from trace_jax.sampling.state import SamplerState, batch_bucket, empty_state, length_bucket  # noqa: E402
+from trace_jax.sampling.fork import _exchange  # noqa: E402
+from trace_jax.sampling.state import batch_bucket, empty_state, length_bucket, state_specs  # noqa: E402
 
 DEVICES = {"v5e 16GiB": 16 * GIB, "v5p 95GiB": 95 * GIB, "H100 80GB": 80 * 10 ** 9}
 
@@ -71,7 +80,8 @@ def _analysis(compiled, tokens: int, min_flops_per_token: float) -> dict:
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     flops = (cost or {}).get("flops")
     per_token = (flops or 0) / tokens
-    return {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes, "temporaries": m.temp_size_in_bytes,
+    return {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
+            "temporaries": m.temp_size_in_bytes,
             "aliased": m.alias_size_in_bytes, "total": total,
             # XLA leaves the work inside scan/while loops out of its count: below 2 x params per token it is that
             "flops_per_token": per_token if per_token >= min_flops_per_token else None}
@@ -91,21 +101,36 @@ def learner_program(run, model_config, mesh, context: int) -> dict:
     return _analysis(compiled, num_micro * micro * context, 2 * num_params(model_config))
 
 
-def sampler_programs(run, model_config, context: int) -> dict:
-    rows = batch_bucket(run.budget.rollouts)
-    params = _abstract(param_shapes(model_config))
-    state = _abstract(jax.eval_shape(functools.partial(empty_state, model_config, rows, context)))
+def sampler_programs(run, model_config, mesh, context: int, *, gather_fsdp: bool) -> dict:
+    """The decode loop and one prefill chunk in the sampling layout (`parallel/rules.py`): rows over
+    data x fsdp, heads over tensor, params replicated over the batch axes or (`gather_fsdp`) FSDP-sharded."""
+    rows = batch_bucket(run.budget.rollouts, row_shards(mesh))
+    params = param_shapes(model_config)
+    params = _abstract(params, sampling_param_shardings(params, mesh, gather_fsdp=gather_fsdp))
+    shapes = jax.eval_shape(functools.partial(empty_state, model_config, rows, context))
+    state = _abstract(shapes, jax.tree.map(lambda spec: NamedSharding(mesh, spec), state_specs(shapes, mesh)))
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p, max_new_tokens=run.rl.max_new_tokens)
-    scalar = jax.ShapeDtypeStruct((), jnp.int32)
-    ids = jax.ShapeDtypeStruct((rows,), jnp.int32)
-    decode = engine._decode.lower(model_config, sampling, params, state, scalar, ids,
-                                  jax.ShapeDtypeStruct((rows,), bool)).compile()
+    replicated = NamedSharding(mesh, P())
+
+    def per_row(*shape, dtype):
+        return jax.ShapeDtypeStruct((rows, *shape), dtype, sharding=NamedSharding(mesh, P(BATCH_AXES)))
+
+    decode = engine._decode.lower(model_config, sampling, mesh, params, state,
+                                  jax.ShapeDtypeStruct((), jnp.uint32, sharding=replicated),
+                                  per_row(dtype=jnp.uint32), per_row(dtype=bool)).compile()
     chunk = engine.MAX_CHUNK
-    prefill = engine._append.lower(model_config, params, state, jax.ShapeDtypeStruct((rows, chunk), jnp.int32),
-                                   jax.ShapeDtypeStruct((rows, chunk), bool)).compile()
+    prefill = engine._append.lower(model_config, mesh, params, state, per_row(chunk, dtype=jnp.int32),
+                                   per_row(chunk, dtype=bool)).compile()
+    # tree_expand's fork: every row from another shard, spread evenly over the other shards
+    shards = row_shards(mesh)
+    width = batch_bucket(-(-(rows // shards) // (shards - 1))) if shards > 1 else 0
+    send = jax.ShapeDtypeStruct((shards * shards * max(width, 1),), jnp.int32,
+                                sharding=NamedSharding(mesh, P(BATCH_AXES)))
+    fork = _exchange.lower(state, per_row(dtype=jnp.int32), send, mesh, width).compile()
     least = 2 * num_params(model_config)
     return {"decode": _analysis(decode, rows * run.rl.max_new_tokens, least),
-            "prefill": _analysis(prefill, rows * chunk, least), "rows": rows}
+            "prefill": _analysis(prefill, rows * chunk, least), "tree_expand": _analysis(fork, rows, least),
+            "rows": rows}
 
 
 def main():
@@ -123,35 +148,47 @@ def main():
     print(f"{path}: {run.model.preset} ({run.model.param_dtype}), mesh {dict(mesh.shape)} on {len(jax.devices())} "
           f"fake CPU devices, {run.budget.rollouts} rollouts per step, context {context} tokens, learner "
           f"micro-batches of {run.learner.micro_batch}", flush=True)
-    programs = {"learner": learner_program(run, model_config, mesh, context)}
-    sampler = sampler_programs(run, model_config, context)
-    programs.update(decode=sampler["decode"], prefill=sampler["prefill"])
+    learner_bytes = learner_program(run, model_config, mesh, context)
+    layouts = {"replicated": sampler_programs(run, model_config, mesh, context, gather_fsdp=False),
+               "fsdp_gathered": sampler_programs(run, model_config, mesh, context, gather_fsdp=True)}
     shards = run.mesh.fsdp * run.mesh.tensor
     estimated = {
         "learner": estimate(model_config, rollout_rows=1, context=context, micro_batch=max(
             1, run.learner.micro_batch // (run.mesh.data * run.mesh.fsdp)), shards=shards),
-        "decode": estimate(model_config, rollout_rows=sampler["rows"], context=context, micro_batch=1)}
-    for name, p in programs.items():
-        flops = (", FLOPs not counted by XLA (inside a loop)" if p["flops_per_token"] is None
-                 else f", {p['flops_per_token'] / 1e9:.1f} GFLOP per token")
-        note = ""
-        if name in estimated:
-            e = estimated[name]
-            part = e.train_state + e.learner_activations if name == "learner" else e.rollout_cache
-            note = f"; estimate (models/memory.py, {'train state + activations' if name == 'learner' else 'KV cache'}) " \
-                   f"{part / GIB:.1f} GiB"
-        print(f"{name:>8}: {p['total'] / GIB:8.1f} GiB per device (arguments {p['arguments'] / GIB:.1f}, outputs "
-              f"{p['outputs'] / GIB:.1f}, temporaries {p['temporaries'] / GIB:.1f}, aliased {p['aliased'] / GIB:.1f})"
-              f"{flops}{note}", flush=True)
-    per_device = {name: p["total"] for name, p in programs.items()}
-    worst = max(per_device.values())
-    fits = {name: worst <= limit for name, limit in DEVICES.items()}
-    print("fits: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in fits.items()) +
-          f" (the largest program: {max(per_device, key=per_device.get)}, {worst / GIB:.1f} GiB)")
+        "decode": estimate(model_config, rollout_rows=layouts["replicated"]["rows"], context=context, micro_batch=1)}
+    for layout, sampler in [(None, {"learner": learner_bytes})] + list(layouts.items()):
+        for name in ("learner", "decode", "prefill", "tree_expand"):
+            if name not in sampler:
+                continue
+            p = sampler[name]
+            flops = ("" if p["flops_per_token"] is None else f", {p['flops_per_token'] / 1e9:.1f} GFLOP per token")
+            note = ""
+            if name in estimated:
+                e = estimated[name]
+                part = e.train_state + e.learner_activations if name == "learner" else e.rollout_cache / (
+                    run.mesh.data * run.mesh.fsdp * min(run.mesh.tensor, model_config.num_kv_heads))
+                what = "train state + activations" if name == "learner" else "KV cache share"
+                note = f"; estimate (models/memory.py, {what}) {part / GIB:.1f} GiB"
+            label = name if layout is None else f"{name} ({layout})"
+            print(f"{label:>28}: {p['total'] / GIB:8.2f} GiB per device (arguments {p['arguments'] / GIB:.2f}, outputs "
+                  f"{p['outputs'] / GIB:.2f}, temporaries {p['temporaries'] / GIB:.2f}, aliased "
+                  f"{p['aliased'] / GIB:.2f}){flops}{note}", flush=True)
+    param_bytes = num_params(model_config) * jnp.dtype(model_config.param_dtype).itemsize
+    fits, layout_for, per_device = {}, {}, {}
+    for device, limit in DEVICES.items():  # the layout `parallel/rules.to_sampling_layout` would pick there
+        layout = "replicated" if replicated_sampling_fits(param_bytes, mesh, limit) else "fsdp_gathered"
+        programs = {"learner": learner_bytes["total"], **{k: layouts[layout][k]["total"]
+                                                          for k in ("decode", "prefill", "tree_expand")}}
+        layout_for[device], fits[device] = layout, max(programs.values()) <= limit
+        per_device[device] = programs
+        worst = max(programs, key=programs.get)
+        print(f"{device}: sampling layout {layout}, the largest program {worst} {programs[worst] / GIB:.2f} GiB: "
+              f"{'fits' if fits[device] else 'does not fit'}")
+    smallest = min(DEVICES, key=DEVICES.get)
     print(json.dumps({"config": args.config, "devices": len(jax.devices()), "mesh": dict(mesh.shape),
-                      "per_device_bytes": per_device, "fits": fits,
-                      "source": "compiled.memory_analysis() on fake CPU devices; the sampler on one device"}))
-
+                      "per_device_bytes": per_device[smallest], "per_device_bytes_by_device": per_device,
+                      "sampling_layout": layout_for, "fits": fits,
+                      "source": "compiled.memory_analysis() on fake CPU devices; sampler in the sampling layout"}))
 
 if __name__ == "__main__":
     main()

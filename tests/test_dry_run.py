@@ -19,7 +19,8 @@ def test_the_dry_run_reports_every_program_per_device():
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(result["per_device_bytes"]) == {"learner", "decode", "prefill"}
+    assert set(result["per_device_bytes"]) == {"learner", "decode", "prefill", "tree_expand"}
+    assert set(result["sampling_layout"].values()) <= {"replicated", "fsdp_gathered"}
     assert all(v > 0 for v in result["per_device_bytes"].values()) and all(result["fits"].values())
     assert "estimate (models/memory.py" in out.stdout
 

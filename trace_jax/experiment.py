@@ -13,6 +13,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from trace_jax import run_config
 from trace_jax.checkpointing import Checkpointer
@@ -27,6 +28,8 @@ from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io, init_params
 from trace_jax.models.presets import get_preset
 from trace_jax.models.tokenizer import build_tokenizer, load_tokenizer, synthetic_corpus
+from trace_jax.parallel.mesh import make_mesh
+from trace_jax.parallel.rules import to_sampling_layout
 from trace_jax.rl import learner
 from trace_jax.rollout.agent_loop import Policy
 from trace_jax.sampling import SamplingParams
@@ -62,9 +65,13 @@ class Setup:
     env: object
     sampling: SamplingParams
     eval_groups: list[EvalGroup]
+    mesh: Mesh | None = None  # the configured (data, fsdp, tensor) mesh; None on one device
 
     def policy(self, params=None) -> Policy:
-        return Policy(self.model_config, self.params if params is None else params, self.sampling, self.renderer)
+        """The sampling policy; on a mesh its params are resharded into the sampling layout
+        (`parallel/rules.py`; a no-op when they already are)."""
+        params = self.params if params is None else params
+        return Policy(self.model_config, to_sampling_layout(params, self.mesh), self.sampling, self.renderer)
 
 
 def _world(task: run_config.TaskSection):
@@ -153,8 +160,10 @@ def build(config, workdir: str) -> Setup:
                     else ReactRenderer(tokenizer, action_format))
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p,
                               max_new_tokens=run.rl.max_new_tokens)
+    mesh_shape = (run.mesh.data, run.mesh.fsdp, run.mesh.tensor)
+    mesh = make_mesh(*mesh_shape) if np.prod(mesh_shape) > 1 else None
     return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling,
-                 _eval_groups(run, source, env))
+                 _eval_groups(run, source, env), mesh)
 
 
 def train_tasks(setup: Setup) -> list:

@@ -46,11 +46,13 @@ class TreeStats:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Timings:
-    """Attributes: rollout_s (allocation and rollouts), step_s (the whole step), tokens_per_s (generated)."""
+    """Attributes: rollout_s (allocation and rollouts), step_s (the whole step), tokens_per_s (generated),
+    reshard_s (params into the sampling layout, on a mesh)."""
 
     rollout_s: float
     step_s: float
     tokens_per_s: float
+    reshard_s: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -72,6 +74,7 @@ class StepRecord:
       rollout_budget: the M the step was planned with (budget.rollouts; with unit="tokens" the meter's M_s).
       tool_errors: error observations by kind (`envs.protocol.ERROR_KINDS`: malformed actions, tools'
         own errors, tool crashes caught at the environment boundary).
+      cross_shard_rows: forked rows the sampler copied from another shard (on a mesh; `sampling/fork.py`).
     """
 
     step: int
@@ -88,6 +91,7 @@ class StepRecord:
     kappa: float | None = None
     rollout_budget: int | None = None
     tool_errors: dict[str, int] = dataclasses.field(default_factory=dict)
+    cross_shard_rows: int = 0
 
     @property
     def root_m_std(self) -> float | None:

@@ -22,7 +22,6 @@ from trace_jax.experiment import (Setup, banner, build, derive_seed, eval_tasks,
                                   warm_start)
 from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io
-from trace_jax.parallel.mesh import make_mesh
 from trace_jax.records import CheckpointRecord, StepRecord, Timings, TreeStats, read_steps
 from trace_jax.rl import learner
 from trace_jax.rl.advantages import estimate, node_advantages
@@ -84,9 +83,12 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
     learner step; `step` counts from 1 and seeds the rollouts."""
     run = setup.run
     t0 = time.time()
-    engine = RolloutEngine(setup.policy(params), setup.env, seed=derive_seed(run.seed, "rollout", step - 1))
+    policy = setup.policy(params)  # on a mesh: the learner's params resharded into the sampling layout, once
+    jax.block_until_ready(policy.params)
+    reshard_s = time.time() - t0
+    engine = RolloutEngine(policy, setup.env, seed=derive_seed(run.seed, "rollout", step - 1))
     outcome = allocator.step(engine, pool)
-    rollout_s = time.time() - t0
+    rollout_s = time.time() - t0 - reshard_s
     sequences = estimate(outcome.trees, run.advantage)
     metrics = None
     if sequences:
@@ -105,12 +107,13 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
             ledger.rollouts_started, 1),
         reward=float(np.mean([leaf.reward for leaf in leaves])) if leaves else 0.0)
     timings = Timings(rollout_s=rollout_s, step_s=time.time() - t0,
-                      tokens_per_s=ledger.tokens_generated / max(rollout_s, 1e-9))
+                      tokens_per_s=ledger.tokens_generated / max(rollout_s, 1e-9), reshard_s=reshard_s)
     record = StepRecord(step=step, ledger=ledger, trees=trees, timings=timings, learner=metrics,
                         budget_spent=outcome.budget_spent, groups_sampled=outcome.groups_sampled,
                         calibration=outcome.calibration, holdout_calibration=outcome.holdout_calibration,
                         root_counts=outcome.root_counts, predictor_loss=outcome.predictor_loss, kappa=outcome.kappa,
-                        rollout_budget=outcome.rollout_budget, tool_errors=dict(engine.tool_errors))
+                        rollout_budget=outcome.rollout_budget, tool_errors=dict(engine.tool_errors),
+                        cross_shard_rows=engine.cross_shard_rows)
     return params, opt_state, record
 
 
@@ -134,13 +137,11 @@ def _restore(setup: Setup, ckpt: Checkpointer, allocator, optimizer):
 
 def _learner(setup: Setup, optimizer, params, opt_state):
     """The learner step, jitted on the configured mesh when it has more than one device."""
-    run = setup.run
-    mesh_shape = (run.mesh.data, run.mesh.fsdp, run.mesh.tensor)
-    if np.prod(mesh_shape) > 1:
-        mesh = make_mesh(*mesh_shape)
+    run, mesh = setup.run, setup.mesh
+    if mesh is not None:
         learn, params, opt_state = learner.sharded_train_step(mesh, setup.model_config, run.loss, optimizer, params,
                                                                opt_state)
-        log(f"learner on a {dict(mesh.shape)} mesh")
+        log(f"learner and sampler on a {dict(mesh.shape)} mesh")
         return learn, params, opt_state
 
     def learn(p, o, b):

@@ -5,12 +5,12 @@ Qwen3 preset that fits instead.
 The estimate counts what dominates at these shapes, per device:
   - train state: params + gradients + AdamW's two moments, all in `param_dtype`, divided over the
     `fsdp x tensor` devices the learner shards them across;
-  - the larger of (a) the rollout KV cache, `2 L x rows x K H x context` in the compute dtype (the
-    sampler runs on one device: rollouts are not sharded yet), and (b) the learner's activations of one
-    micro-batch: per layer and token the outputs the layer keeps for the backward pass (the residual,
-    q/k/v/o, the MLP's three widths; `models/transformer.py` rematerialises the attention scores), one
-    layer's attention scores and probabilities (`2 N x context`) at a time, and four fp32 copies of the
-    logits (logits, log-softmax, their gradients);
+  - the larger of (a) the rollout KV cache, `2 L x rows x K H x context` in the compute dtype (all of it,
+    as on one device; on a mesh each device holds 1 / (data x fsdp x min(tensor, K)) of it), and (b) the
+    learner's activations of one micro-batch: per layer and token the outputs the layer keeps for the
+    backward pass (the residual, q/k/v/o, the MLP's three widths; `models/transformer.py` rematerialises
+    the attention scores), one layer's attention scores and probabilities (`2 N x context`) at a time,
+    and four fp32 copies of the logits (logits, log-softmax, their gradients);
   - 10% for XLA's buffers and fragmentation.
 It is an estimate to catch a clear misfit (Qwen3-1.7B's AdamW state on a 16 GB T4) before a download, not a
 profile: against XLA's own memory analysis of the compiled learner step (CPU) it came to 1.13-1.21x (slightly conservative)

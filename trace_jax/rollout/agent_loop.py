@@ -25,7 +25,8 @@ from trace_jax.models.transformer import Params
 from trace_jax.rollout.tree import Ledger, Node, RolloutTree
 from trace_jax.envs.formats import cut_at_stop
 from trace_jax.sampling import SamplingParams, decode, extend, start, tree_expand, truncate
-from trace_jax.sampling.state import SamplerState, concat_states
+from trace_jax.sampling.fork import concat_states, merged_row, plan_fork
+from trace_jax.sampling.state import SamplerState, mesh_of
 
 # Row id of a branch's turn = branch uid * TURN_STRIDE + turn: every turn of every branch draws its own
 # sampling keys. So an episode has at most MAX_TURNS turns (run_config checks task.max_turns).
@@ -91,6 +92,7 @@ class RolloutEngine:
         self.env, self.seed = env, seed
         self.ledger = Ledger()
         self.tool_errors: collections.Counter[str] = collections.Counter()  # error observations by kind
+        self.cross_shard_rows = 0  # forked rows copied from another shard (on a mesh)
         self._states: dict[int, SamplerState] = {}
         self._anchors: dict[RolloutTree, dict[int, _AnchorHandle]] = {}  # tree -> node id -> handle
         self._uid = 0
@@ -120,7 +122,7 @@ class RolloutEngine:
         if not branches:
             return []
         sid = len(self._states)  # where these branches' state is stored once they all finished
-        gen, state = self._fork(trees, branches, sources)
+        gen, state, rows = self._fork(trees, branches, sources)  # branch i lives in state row rows[i]
         live = [True] * len(branches)
         leaves: list[tuple[int, int]] = []
         while True:
@@ -128,13 +130,16 @@ class RolloutEngine:
             if not any(live):
                 break
             if dropped:  # turns cut at a stop string: the state forgets the tokens sampled after it
-                lengths = np.array(jax.device_get(state.cache.lengths))[: len(branches)]
+                lengths = np.array(jax.device_get(state.cache.lengths))
                 for i, n in dropped.items():
-                    lengths[i] -= n
+                    lengths[rows[i]] -= n
                 state = truncate(self.policy.config, self.policy.params, state, lengths.tolist())
-            state = self._extend(trees, branches, state, observations, boundaries, sid)
+            state = self._extend(trees, branches, rows, state, observations, boundaries, sid)
+            row_ids, active = np.zeros(state.batch_size, np.int64), np.zeros(state.batch_size, bool)
+            row_ids[rows], active[rows] = self._row_ids(branches, trees), live
             gen, state = decode(self.policy.config, self.policy.params, state, self.policy.sampling, seed=self.seed,
-                                row_ids=self._row_ids(branches, trees), active=live)
+                                row_ids=row_ids.tolist(), active=active)
+            gen = gen.take(rows)
         self._states[sid] = state
         return leaves
 
@@ -163,16 +168,23 @@ class RolloutEngine:
         return branches, sources
 
     def _fork(self, trees, branches, sources):
-        """The first turn of every branch: one gather of the anchors' rows, cut to their boundaries."""
+        """The first turn of every branch: one gather of the anchors' rows, cut to their boundaries. Returns
+        the generation (branch order), the state and each branch's row in it (on a mesh: its anchor's
+        shard where the row bucket allows; the others are counted in `cross_shard_rows`)."""
         p = self.policy
         used = sorted({ref.state for ref in sources})
-        offsets = dict(zip(used, np.cumsum([0] + [self._states[s].batch_size for s in used[:-1]])))
-        merged = concat_states([self._states[s] for s in used])
+        merged, offsets = concat_states([self._states[s] for s in used])
+        offset, mesh = dict(zip(used, offsets)), mesh_of(merged)
+        parents = [merged_row(offset[r.state], r.row, self._states[r.state].batch_size, merged.batch_size, mesh)
+                   for r in sources]
+        plan = plan_fork(parents, merged.batch_size, mesh)
+        self.cross_shard_rows += plan.cross_shard
         self.ledger.rollouts_started += len(branches)
         self.ledger.tokens_prefilled += len(branches)  # each fork re-feeds its boundary's last token
-        return tree_expand(p.config, p.params, merged, [int(offsets[r.state]) + r.row for r in sources], p.sampling,
-                           seed=self.seed, row_ids=self._row_ids(branches, trees),
-                           fork_lengths=[r.length for r in sources])
+        gen, state = tree_expand(p.config, p.params, merged, parents, p.sampling, seed=self.seed,
+                                 row_ids=self._row_ids(branches, trees), fork_lengths=[r.length for r in sources],
+                                 plan=plan)
+        return gen, state, plan.rows
 
     def _step_envs(self, trees, branches, gen, live, leaves):
         """Parses every live branch's new turn, runs its tool, adds its node; returns the observation
@@ -216,15 +228,19 @@ class RolloutEngine:
     def _kept(self, tokens: list[int]) -> int:
         return tokens_to_stop(tokens, self.policy.renderer.decode_turn, self.policy.renderer.action_format.stop_strings)
 
-    def _extend(self, trees, branches, state, observations, boundaries, sid):
-        """Prefills the observations; each new boundary becomes an anchor (prefix, hidden, episode)."""
+    def _extend(self, trees, branches, rows, state, observations, boundaries, sid):
+        """Prefills the observations (branch i's into row rows[i]); each new boundary becomes an anchor
+        (prefix, hidden, episode)."""
         p = self.policy
-        state = extend(p.config, p.params, state, observations)
+        per_row: list[list[int]] = [[] for _ in range(state.batch_size)]
+        for i, tokens in enumerate(observations):
+            per_row[rows[i]] = tokens
+        state = extend(p.config, p.params, state, per_row)
         hidden, lengths = jax.device_get((state.hidden, state.cache.lengths))
         for i, node in boundaries.items():
-            tree = trees[branches[i].tree]
-            tree.mark_anchor(node.id, prefix_length=int(lengths[i]), hidden=np.asarray(hidden[i]))
-            self._anchors[tree][node.id] = _AnchorHandle(PrefixRef(sid, i, int(lengths[i])),
+            tree, row = trees[branches[i].tree], int(rows[i])
+            tree.mark_anchor(node.id, prefix_length=int(lengths[row]), hidden=np.asarray(hidden[row]))
+            self._anchors[tree][node.id] = _AnchorHandle(PrefixRef(sid, row, int(lengths[row])),
                                                          branches[i].episode.fork())
         return state
 

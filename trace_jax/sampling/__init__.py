@@ -2,7 +2,8 @@
 
 from trace_jax.sampling.engine import Generation, decode, extend, generate, start, tree_expand, truncate
 from trace_jax.sampling.select import SamplingParams
-from trace_jax.sampling.state import SamplerState, gather_rows
+from trace_jax.sampling.fork import gather_rows
+from trace_jax.sampling.state import SamplerState
 
 __all__ = ["Generation", "SamplerState", "SamplingParams", "decode", "extend", "gather_rows", "generate", "start",
            "tree_expand", "truncate"]

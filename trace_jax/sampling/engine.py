@@ -2,7 +2,8 @@
 
 Three jitted programs do all device work: `_append` (a prefill chunk into existing rows),
 `_decode` (a `lax.while_loop` that samples and feeds tokens until every row stops) and the
-row gather of `state.gather_rows`. The host functions around them pad batch and lengths to
+row gather of `fork.gather_rows`. On a mesh (params in the sampling layout) every state is
+row-sharded as `state.py` says and each program is compiled for it. The host functions around them pad batch and lengths to
 buckets, keep the cache in and out (donated), and read back one small array per call: no
 per-token host syncs. Randomness of row r at its t-th new token is
 `fold_in(fold_in(key(seed), r), t)`, so a row's sample does not depend on its batch-mates.
@@ -20,9 +21,10 @@ import numpy as np
 
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params, forward, unembed
+from trace_jax.sampling.fork import ForkPlan, gather_rows, plan_fork
 from trace_jax.sampling.select import SamplingParams, select
-from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, empty_state, gather_rows, grow,
-                                      length_bucket)
+from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, constrain, empty_state, grow,
+                                      length_bucket, mesh_of, put_rows, rows_multiple)
 
 MAX_CHUNK = 512
 
@@ -50,6 +52,11 @@ class Generation:
     def row(self, i: int) -> list[int]:
         return self.tokens[i, : self.lengths[i]].tolist()
 
+    def take(self, rows) -> Generation:
+        """The rows `rows`, in that order."""
+        return Generation(*(None if f is None else f[rows] for f in (
+            self.tokens, self.logprobs, self.entropy, self.lengths, self.stopped, self.hidden)))
+
 
 # --- jitted programs --------------------------------------------------------------------------
 
@@ -73,21 +80,22 @@ def _append_body(config: ModelConfig, params: Params, state: SamplerState, token
     )
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
-def _append(config, params, state, tokens, mask):
-    return _append_body(config, params, state, tokens, mask)
-
-
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
-def _rewind(config, params, state, lengths):
-    """Cuts each row back to `lengths` tokens and recomputes its logits/hidden from the kept last token."""
-    last = jnp.take_along_axis(state.tokens, (lengths - 1)[:, None], axis=1)
-    state = state.replace(cache=state.cache.replace(lengths=lengths - 1))
-    return _append_body(config, params, state, last, jnp.ones_like(last, bool)).replace(pooled=state.pooled)
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+def _append(config, mesh, params, state, tokens, mask):
+    return constrain(_append_body(config, params, state, tokens, mask), mesh)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
-def _decode(config: ModelConfig, sampling: SamplingParams, params: Params, state: SamplerState, seed, row_ids,
+def _rewind(config, mesh, params, state, lengths):
+    """Cuts each row back to `lengths` tokens and recomputes its logits/hidden from the kept last token."""
+    last = jnp.take_along_axis(state.tokens, (lengths - 1)[:, None], axis=1)
+    state = state.replace(cache=state.cache.replace(lengths=lengths - 1))
+    return constrain(_append_body(config, params, state, last, jnp.ones_like(last, bool)).replace(pooled=state.pooled),
+                     mesh)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=4)
+def _decode(config: ModelConfig, sampling: SamplingParams, mesh, params: Params, state: SamplerState, seed, row_ids,
             active):
     row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(jax.random.key(seed), row_ids)
     B, N = state.batch_size, sampling.max_new_tokens
@@ -121,18 +129,18 @@ def _decode(config: ModelConfig, sampling: SamplingParams, params: Params, state
         # Feed the token (stop tokens too): the cache then holds the whole turn and `hidden` is at its end.
         lengths = state.cache.lengths
         fed = forward(config, params, token[:, None], lengths[:, None], state.cache, live[:, None])
-        state = SamplerState(
+        state = constrain(SamplerState(
             cache=fed.cache,
             tokens=state.tokens.at[rows, lengths].set(token, mode="drop"),
             logits=jnp.where(live[:, None], fed.logits[:, 0].astype(jnp.float32), state.logits),
             hidden=jnp.where(live[:, None], fed.hidden[:, 0], state.hidden),
             pooled=state.pooled,
-        )
+        ), mesh)
         done = done | hit_stop | (out["lengths"] >= N)
         return t + 1, state, out, done
 
     _, state, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out, ~active))
-    return out, state
+    return out, constrain(state, mesh)
 
 
 # --- host API ---------------------------------------------------------------------------------
@@ -154,7 +162,8 @@ def start(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]],
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     capacity = length_bucket(max(len(p) for p in prompts) + reserve)
-    state = empty_state(config, batch_bucket(len(prompts)), capacity)
+    mesh = mesh_of(params)
+    state = empty_state(config, batch_bucket(len(prompts), rows_multiple(mesh)), capacity, mesh)
     return extend(config, params, state, prompts, max_chunk=max_chunk)
 
 
@@ -173,6 +182,7 @@ def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens:
     lengths = _host_lengths(state)
     state = ensure_capacity(state, int(max(lengths[i] + len(t) for i, t in enumerate(new_tokens))))
     width = chunk_bucket(longest, max_chunk)
+    mesh = mesh_of(state)
     for begin in range(0, longest, width):
         chunk = np.zeros((state.batch_size, width), np.int32)
         mask = np.zeros((state.batch_size, width), bool)
@@ -180,7 +190,7 @@ def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens:
             piece = toks[begin:begin + width]
             chunk[i, : len(piece)] = piece
             mask[i, : len(piece)] = True
-        state = _append(config, params, state, *jax.device_put((chunk, mask)))
+        state = _append(config, mesh, params, state, put_rows(chunk, mesh), put_rows(mask, mesh))
     return state
 
 
@@ -194,7 +204,8 @@ def truncate(config: ModelConfig, params: Params, state: SamplerState, lengths: 
     if (cut < 1).any() or (cut > have).any():
         raise ValueError(f"truncate lengths must lie in [1, row length]; got {list(lengths)} for rows of lengths "
                          f"{have[: len(lengths)].tolist()}")
-    return _rewind(config, params, state, jax.device_put(cut.astype(np.int32)))
+    mesh = mesh_of(state)
+    return _rewind(config, mesh, params, state, put_rows(cut.astype(np.int32), mesh))
 
 
 def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: SamplingParams, *, seed: int,
@@ -213,8 +224,9 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
         state = ensure_capacity(state, int(lengths[live].max()) + sampling.max_new_tokens)
     ids = np.zeros(state.batch_size, np.uint32)
     ids[:n] = np.asarray(row_ids, np.uint32)
-    seed_ids_live = jax.device_put((np.uint32(seed), ids, live))  # the call's only host-to-device transfer
-    out, state = _decode(config, sampling, params, state, *seed_ids_live)
+    mesh = mesh_of(state)  # the call's only host-to-device transfers:
+    out, state = _decode(config, sampling, mesh, params, state, jax.device_put(np.uint32(seed)), put_rows(ids, mesh),
+                         put_rows(live, mesh))
     out, hidden = jax.device_get((out, state.hidden))
     result = Generation(
         tokens=out["tokens"][:n], logprobs=out["logprobs"][:n],
@@ -233,7 +245,8 @@ def generate(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int
 
 def tree_expand(config: ModelConfig, params: Params, prefixes: SamplerState | Sequence[Sequence[int]],
                 parent_index: Sequence[int], sampling: SamplingParams, *, seed: int, row_ids: Sequence[int],
-                fork_lengths: Sequence[int] | None = None) -> tuple[Generation, SamplerState]:
+                fork_lengths: Sequence[int] | None = None, plan: ForkPlan | None = None
+                ) -> tuple[Generation, SamplerState]:
     """Decodes branch i from prefix parent_index[i]: unique prefixes are prefilled once, forked by one gather.
 
     Args:
@@ -241,20 +254,30 @@ def tree_expand(config: ModelConfig, params: Params, prefixes: SamplerState | Se
       parent_index: for each branch, the row of `prefixes` it continues.
       fork_lengths: optional per-branch prefix length: branch from an earlier turn boundary of its
         parent row (its first `fork_lengths[i]` tokens) without re-prefilling it.
+      plan: where the branches go (`fork.plan_fork`, computed when omitted): branch i continues in row
+        `plan.rows[i]` of the returned state (row i on one device; on a mesh its parent's shard where
+        the bucket allows).
+
+    Returns:
+      the Generation in branch order, and the state.
     """
     if len(parent_index) != len(row_ids):
         raise ValueError(f"{len(parent_index)} parents but {len(row_ids)} row ids")
     if not isinstance(prefixes, SamplerState):
         prefixes = start(config, params, prefixes, reserve=sampling.max_new_tokens)
-    index = np.zeros(batch_bucket(len(parent_index)), np.int32)
-    index[: len(parent_index)] = parent_index
-    branches = gather_rows(prefixes, jax.device_put(index))
+    plan = plan or plan_fork(parent_index, prefixes.batch_size, mesh_of(prefixes))
+    branches = gather_rows(prefixes, plan.source)
     if fork_lengths is not None:
-        cut = _host_lengths(branches)
-        cut[: len(fork_lengths)] = fork_lengths
         have = _host_lengths(branches)
-        if (cut < 1).any() or (cut > have).any():
+        wanted = np.asarray(fork_lengths, np.int64)
+        if (wanted < 1).any() or (wanted > have[plan.rows]).any():
             raise ValueError(f"fork_lengths must lie in [1, parent length]; got {list(fork_lengths)} "
-                             f"for parents of lengths {have[: len(fork_lengths)].tolist()}")
-        branches = _rewind(config, params, branches, jax.device_put(cut.astype(np.int32)))
-    return decode(config, params, branches, sampling, seed=seed, row_ids=row_ids)
+                             f"for parents of lengths {have[plan.rows].tolist()}")
+        cut = np.maximum(have, 1)  # rows without a branch keep their length (an empty one gets a scratch token)
+        cut[plan.rows] = wanted
+        mesh = mesh_of(branches)
+        branches = _rewind(config, mesh, params, branches, put_rows(cut.astype(np.int32), mesh))
+    ids = np.zeros(len(plan.source), np.int64)
+    ids[plan.rows] = row_ids
+    gen, state = decode(config, params, branches, sampling, seed=seed, row_ids=ids.tolist(), active=plan.active)
+    return gen.take(plan.rows), state

@@ -4,9 +4,15 @@ A `SamplerState` row is a prefix ready to be continued: its cache holds every to
 `logits` are the next-token logits after the last one, `hidden` is the final-layer hidden
 state at the last token (the success predictor's feature), `pooled` the sum of the final-layer
 hidden states of every prefilled (appended, not decoded) token: right after the prompt's prefill,
-its length times the mean-pooled prompt state. Rows fork by one gather.
+its length times the mean-pooled prompt state. Rows fork by one gather (`fork.py`).
 Batch and length are rounded up to a few bucket sizes so a long run compiles a handful of
 programs.
+
+On a mesh (params committed to a `NamedSharding` over more than one device) the state is in the
+sampling layout of `parallel/rules.py`: rows split over data x fsdp (row buckets are multiples of
+that), KV heads over tensor. Every jitted program here and in `engine.py` takes the mesh as a static
+argument (None on one device) and constrains the state it returns to that layout, so a state never
+drifts to another layout between calls.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from trace_jax.models.cache import KVCache, init_cache
 from trace_jax.models.config import ModelConfig
+from trace_jax.parallel.rules import BATCH_AXES, row_shards, state_spec
 
 
 @struct.dataclass
@@ -39,21 +47,68 @@ class SamplerState:
         return self.tokens.shape[1]
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def empty_state(config: ModelConfig, batch: int, capacity: int) -> SamplerState:
-    """`batch` empty rows of `capacity` slots, created on device (no host transfer)."""
+# --- the layout on a mesh --------------------------------------------------------------------
+
+def mesh_of(tree) -> Mesh | None:
+    """The mesh a pytree's arrays are laid out on (its first leaf's), None on one device: the sampler
+    follows its params (and a state its own rows) onto their mesh."""
+    leaf = jax.tree.leaves(tree)[0]
+    sharding = getattr(leaf, "sharding", None)
+    if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
+        return sharding.mesh
+    return None
+
+
+def map_fields(fn, state: SamplerState) -> SamplerState:
+    """`fn(field name, array)` on every array of the state (the per-layer cache buffers are "k" and "v")."""
+    cache = state.cache
     return SamplerState(
+        cache=KVCache(k=tuple(fn("k", k) for k in cache.k), v=tuple(fn("v", v) for v in cache.v),
+                      lengths=fn("lengths", cache.lengths)),
+        tokens=fn("tokens", state.tokens), logits=fn("logits", state.logits), hidden=fn("hidden", state.hidden),
+        pooled=fn("pooled", state.pooled))
+
+
+def state_specs(state: SamplerState, mesh: Mesh) -> SamplerState:
+    """The sampling layout's PartitionSpec of every field (a SamplerState of specs; shapes or arrays in)."""
+    return map_fields(lambda field, x: state_spec(field, tuple(x.shape), mesh), state)
+
+
+def constrain(state: SamplerState, mesh: Mesh | None) -> SamplerState:
+    """Inside a jitted program: pins every field of `state` to the sampling layout (no-op without a mesh)."""
+    if mesh is None:
+        return state
+    return map_fields(lambda field, x: jax.lax.with_sharding_constraint(
+        x, NamedSharding(mesh, state_spec(field, x.shape, mesh))), state)
+
+
+def put_rows(array: np.ndarray, mesh: Mesh | None) -> jax.Array:
+    """A host array whose first axis is rows, placed like the state's rows."""
+    if mesh is None:
+        return jax.device_put(array)
+    return jax.device_put(array, NamedSharding(mesh, P(BATCH_AXES, *([None] * (np.ndim(array) - 1)))))
+
+
+def rows_multiple(mesh: Mesh | None) -> int:
+    return 1 if mesh is None else row_shards(mesh)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def empty_state(config: ModelConfig, batch: int, capacity: int, mesh: Mesh | None = None) -> SamplerState:
+    """`batch` empty rows of `capacity` slots, created on device (no host transfer), in the sampling layout."""
+    return constrain(SamplerState(
         cache=init_cache(config, batch, capacity),
         tokens=jnp.zeros((batch, capacity), jnp.int32),
         logits=jnp.zeros((batch, config.vocab_size), jnp.float32),
         hidden=jnp.zeros((batch, config.hidden_size), config.jnp_dtype),
         pooled=jnp.zeros((batch, config.hidden_size), jnp.float32),
-    )
+    ), mesh)
 
 
-def batch_bucket(n: int) -> int:
-    """Rows are padded to the next power of two."""
-    return 1 << max(0, int(n) - 1).bit_length()
+def batch_bucket(n: int, multiple: int = 1) -> int:
+    """Rows are padded to the next power of two, then to a multiple of `multiple` (the mesh's row shards)."""
+    rows = 1 << max(0, int(n) - 1).bit_length()
+    return -(-rows // multiple) * multiple
 
 
 def length_bucket(n: int, minimum: int = 64) -> int:
@@ -68,36 +123,17 @@ def chunk_bucket(n: int, maximum: int) -> int:
     return min(maximum, max(16, batch_bucket(n)))
 
 
-@jax.jit
-def gather_rows(state: SamplerState, rows: jax.Array) -> SamplerState:
-    """Row i of the result is a copy of row rows[i]: one gather forks prefixes to branches."""
-    take = lambda x: jnp.take(x, rows, axis=0)  # noqa: E731
-    return SamplerState(cache=state.cache.gather(rows), tokens=take(state.tokens), logits=take(state.logits),
-                        hidden=take(state.hidden), pooled=take(state.pooled))
-
-
-@functools.partial(jax.jit, static_argnums=1)
 def grow(state: SamplerState, capacity: int) -> SamplerState:
     """The same rows with `capacity` slots (new slots empty); used when a row would outgrow its cache."""
+    return _grow(state, capacity, mesh_of(state))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _grow(state: SamplerState, capacity: int, mesh: Mesh | None) -> SamplerState:
     extra = capacity - state.capacity
 
     def pad(x, axis):
         return jnp.pad(x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
 
     cache = state.cache.replace(k=tuple(pad(k, 3) for k in state.cache.k), v=tuple(pad(v, 2) for v in state.cache.v))
-    return state.replace(cache=cache, tokens=pad(state.tokens, 1))
-
-
-def concat_states(states: list[SamplerState]) -> SamplerState:
-    """Rows of several states in one (capacities grown to the largest), for one batched fork."""
-    if len(states) == 1:
-        return states[0]
-    capacity = max(s.capacity for s in states)
-    grown = [s if s.capacity == capacity else grow(s, capacity) for s in states]
-    merged = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *grown)
-    rows = merged.batch_size
-    if rows == batch_bucket(rows):
-        return merged
-    index = np.zeros((batch_bucket(rows),), np.int32)  # pad rows copy row 0
-    index[:rows] = np.arange(rows)
-    return gather_rows(merged, jax.device_put(index))
+    return constrain(state.replace(cache=cache, tokens=pad(state.tokens, 1)), mesh)
