@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
+from trace_jax.parallel.host import local_copy, replicated_global
+
 CHECKSUMS = "checksums.json"
 FINITE_ITEMS = ("params", "opt_state")  # restored arrays that must hold no NaN/Inf
 _logger = logging.getLogger(__name__)
@@ -75,6 +77,7 @@ class Checkpointer:
 
     def save(self, step: int, arrays: dict[str, Any], record: dict[str, Any]) -> None:
         arrays = {k: v for k, v in arrays.items() if jax.tree.leaves(v)}  # orbax refuses empty trees
+        arrays = replicated_global(arrays)  # multi-host: process-local copies become global, written once
         self.manager.save(step, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
                                                         record=ocp.args.JsonSave(record)), force=True)
         self.manager.wait_until_finished()
@@ -118,13 +121,14 @@ class Checkpointer:
         and its record; CheckpointError if it is damaged, unreadable or not finite."""
         self.verify(step)
         target = {k: v for k, v in target.items() if jax.tree.leaves(v)}
+        local = jax.tree.map(lambda x: not isinstance(x, jax.Array) or x.is_fully_addressable, target)
         try:
             restored = self.manager.restore(step, args=ocp.args.Composite(
-                arrays=ocp.args.StandardRestore(target), record=ocp.args.JsonRestore()))
+                arrays=ocp.args.StandardRestore(replicated_global(target)), record=ocp.args.JsonRestore()))
         except Exception as e:  # orbax raises many types for a damaged or partial step
             raise CheckpointError(f"checkpoint step {step} ({self.step_dir(step)}): orbax cannot restore it "
                                   f"({type(e).__name__}: {str(e)[:300]})") from None
-        arrays = dict(restored["arrays"])
+        arrays = jax.tree.map(lambda x, keep_local: local_copy(x) if keep_local else x, dict(restored["arrays"]), local)
         bad = [k for k in FINITE_ITEMS if k in arrays and not _all_finite(arrays[k])]
         if bad:
             raise CheckpointError(f"checkpoint step {step} ({self.step_dir(step)}): {', '.join(bad)} hold NaN or "

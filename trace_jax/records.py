@@ -75,6 +75,7 @@ class StepRecord:
       tool_errors: error observations by kind (`envs.protocol.ERROR_KINDS`: malformed actions, tools'
         own errors, tool crashes caught at the environment boundary).
       cross_shard_rows: forked rows the sampler copied from another shard (on a mesh; `sampling/fork.py`).
+      rollouts_by_process: rollouts started whose rows each process's devices decoded (multi-host split).
     """
 
     step: int
@@ -92,6 +93,7 @@ class StepRecord:
     rollout_budget: int | None = None
     tool_errors: dict[str, int] = dataclasses.field(default_factory=dict)
     cross_shard_rows: int = 0
+    rollouts_by_process: tuple[int, ...] | None = None
 
     @property
     def root_m_std(self) -> float | None:
@@ -106,8 +108,9 @@ class StepRecord:
         nested = {"ledger": Ledger, "trees": TreeStats, "timings": Timings, "learner": LearnerMetrics,
                   "calibration": Calibration, "holdout_calibration": Calibration}
         fields = {k: (None if v is None else nested[k](**_nan(v))) if k in nested else v for k, v in d.items()}
-        if fields.get("root_counts") is not None:
-            fields["root_counts"] = tuple(fields["root_counts"])
+        for key in ("root_counts", "rollouts_by_process"):
+            if fields.get(key) is not None:
+                fields[key] = tuple(fields[key])
         return cls(**fields)
 
     def scalars(self) -> dict[str, float]:

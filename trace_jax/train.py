@@ -113,7 +113,8 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
                         calibration=outcome.calibration, holdout_calibration=outcome.holdout_calibration,
                         root_counts=outcome.root_counts, predictor_loss=outcome.predictor_loss, kappa=outcome.kappa,
                         rollout_budget=outcome.rollout_budget, tool_errors=dict(engine.tool_errors),
-                        cross_shard_rows=engine.cross_shard_rows)
+                        cross_shard_rows=engine.cross_shard_rows,
+                        rollouts_by_process=tuple(engine.rollouts_by_process))
     return params, opt_state, record
 
 
@@ -237,6 +238,9 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
     return {"acc_after_sft": after_sft["accuracy"], "acc_after_rl": after_rl["accuracy"], "steps": run.rl.steps,
             "allocator": run.allocator.name,
             "effective_ratio": float(np.mean([r.trees.effective_ratio for r in history])) if history else None,
+            "rollouts_by_process": [int(n) for n in np.sum([r.rollouts_by_process for r in history
+                                                            if r.rollouts_by_process], axis=0, dtype=int)]
+            if any(r.rollouts_by_process for r in history) else None,
             "wall_s": round(time.time() - t0, 1)}
 
 

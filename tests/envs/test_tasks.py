@@ -110,3 +110,10 @@ def test_funcall_reward_needs_the_calls_not_just_the_answer():
     task = next(t for t in source.tasks("train") if t.difficulty == 2)
     result = source.make_env().start(task).step(f"Action: finish[{task.answers[0]}]")
     assert result.reward == 0.0 and result.info["answer_correct"] == 1.0 and result.info["call_recall"] == 0.0
+
+
+def test_math_difficulty_one_gives_one_operation_problems_and_zero_is_refused():
+    tasks = SOURCES["math"](0, num_questions=50, max_steps=1).tasks("train")
+    assert tasks and {t.difficulty for t in tasks} == {1}
+    with pytest.raises(ValueError, match="at least 1 operation"):
+        SOURCES["math"](0, num_questions=5, max_steps=0)

@@ -22,6 +22,8 @@ import re
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from trace_jax.parallel.host import to_device
+
 # (path regex, spec per dimension) - first match wins.
 RULES = (
     (r"embed_tokens/embedding$", ("tensor", "fsdp")),  # [V, D]
@@ -99,7 +101,7 @@ def batch_sharding(mesh: Mesh, ndim: int = 3) -> NamedSharding:
 
 
 def shard_params(params, mesh: Mesh):
-    return jax.device_put(params, param_shardings(params, mesh))
+    return to_device(params, param_shardings(params, mesh))
 
 
 def replicated_sampling_fits(param_bytes: int, mesh: Mesh, device_bytes: int | None, share: float = 0.5) -> bool:
@@ -123,4 +125,4 @@ def to_sampling_layout(params, mesh: Mesh | None):
         return params
     param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
     gather = not replicated_sampling_fits(param_bytes, mesh, device_memory_bytes())
-    return jax.device_put(params, sampling_param_shardings(params, mesh, gather_fsdp=gather))
+    return to_device(params, sampling_param_shardings(params, mesh, gather_fsdp=gather))

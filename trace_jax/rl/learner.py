@@ -16,6 +16,7 @@ import optax
 
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params, forward
+from trace_jax.parallel.host import to_device, to_host
 from trace_jax.rl.advantages import Sequence
 from trace_jax.rl.losses import LossConfig, get_loss
 from trace_jax.rollout.tree import RolloutTree
@@ -57,7 +58,7 @@ class LearnerMetrics:
 
     @classmethod
     def from_device(cls, metrics: dict[str, jax.Array]) -> LearnerMetrics:
-        return cls(**{k: float(v) for k, v in jax.device_get(metrics).items()})
+        return cls(**{k: float(v) for k, v in to_host(metrics).items()})
 
 
 def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
@@ -200,8 +201,8 @@ def sharded_train_step(mesh, model_config: ModelConfig, loss_config: LossConfig,
     """`sharded_program` with params and optimizer state (fresh, or the given one) placed: returns
     (step_fn, params, opt_state)."""
     step, (p_sh, o_sh, b_sh) = sharded_program(mesh, model_config, loss_config, optimizer, params)
-    params = jax.device_put(params, p_sh)
+    params = to_device(params, p_sh)  # from every process's identical copy in a multi-host run
     if opt_state is None:
         opt_state = jax.jit(optimizer.init, out_shardings=o_sh)(params)
-    opt_state = jax.device_put(opt_state, o_sh)
-    return (lambda p, o, batch: step(p, o, jax.device_put(batch, b_sh))), params, opt_state
+    opt_state = to_device(opt_state, o_sh)
+    return (lambda p, o, batch: step(p, o, to_device(batch, b_sh))), params, opt_state

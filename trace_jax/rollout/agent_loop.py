@@ -22,11 +22,12 @@ from trace_jax.envs.protocol import Env, Episode, Task
 from trace_jax.envs.render import ReactRenderer
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
+from trace_jax.parallel.host import to_host
 from trace_jax.rollout.tree import Ledger, Node, RolloutTree
 from trace_jax.envs.formats import cut_at_stop
 from trace_jax.sampling import SamplingParams, decode, extend, start, tree_expand, truncate
 from trace_jax.sampling.fork import concat_states, merged_row, plan_fork
-from trace_jax.sampling.state import SamplerState, mesh_of
+from trace_jax.sampling.state import SamplerState, mesh_of, row_processes
 
 # Row id of a branch's turn = branch uid * TURN_STRIDE + turn: every turn of every branch draws its own
 # sampling keys. So an episode has at most MAX_TURNS turns (run_config checks task.max_turns).
@@ -93,6 +94,7 @@ class RolloutEngine:
         self.ledger = Ledger()
         self.tool_errors: collections.Counter[str] = collections.Counter()  # error observations by kind
         self.cross_shard_rows = 0  # forked rows copied from another shard (on a mesh)
+        self.rollouts_by_process = [0] * jax.process_count()  # rollouts whose rows each process's devices decode
         self._states: dict[int, SamplerState] = {}
         self._anchors: dict[RolloutTree, dict[int, _AnchorHandle]] = {}  # tree -> node id -> handle
         self._uid = 0
@@ -104,7 +106,7 @@ class RolloutEngine:
                    for task in tasks]
         state = start(p.config, p.params, prompts, reserve=p.sampling.max_new_tokens)
         sid = self._store(state)
-        hidden, pooled, lengths = jax.device_get((state.hidden, state.pooled, state.cache.lengths))
+        hidden, pooled, lengths = to_host((state.hidden, state.pooled, state.cache.lengths))
         self.ledger.tokens_prefilled += sum(map(len, prompts))
         trees = []
         for row, (task, prompt) in enumerate(zip(tasks, prompts)):
@@ -130,7 +132,7 @@ class RolloutEngine:
             if not any(live):
                 break
             if dropped:  # turns cut at a stop string: the state forgets the tokens sampled after it
-                lengths = np.array(jax.device_get(state.cache.lengths))
+                lengths = np.array(to_host(state.cache.lengths))
                 for i, n in dropped.items():
                     lengths[rows[i]] -= n
                 state = truncate(self.policy.config, self.policy.params, state, lengths.tolist())
@@ -179,6 +181,8 @@ class RolloutEngine:
                    for r in sources]
         plan = plan_fork(parents, merged.batch_size, mesh)
         self.cross_shard_rows += plan.cross_shard
+        for process in row_processes(len(plan.source), mesh)[plan.rows]:
+            self.rollouts_by_process[process] += 1
         self.ledger.rollouts_started += len(branches)
         self.ledger.tokens_prefilled += len(branches)  # each fork re-feeds its boundary's last token
         gen, state = tree_expand(p.config, p.params, merged, parents, p.sampling, seed=self.seed,
@@ -236,7 +240,7 @@ class RolloutEngine:
         for i, tokens in enumerate(observations):
             per_row[rows[i]] = tokens
         state = extend(p.config, p.params, state, per_row)
-        hidden, lengths = jax.device_get((state.hidden, state.cache.lengths))
+        hidden, lengths = to_host((state.hidden, state.cache.lengths))
         for i, node in boundaries.items():
             tree, row = trees[branches[i].tree], int(rows[i])
             tree.mark_anchor(node.id, prefix_length=int(lengths[row]), hidden=np.asarray(hidden[row]))

@@ -21,10 +21,11 @@ import numpy as np
 
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params, forward, unembed
+from trace_jax.parallel.host import to_host
 from trace_jax.sampling.fork import ForkPlan, gather_rows, plan_fork
 from trace_jax.sampling.select import SamplingParams, select
 from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, constrain, empty_state, grow,
-                                      length_bucket, mesh_of, put_rows, rows_multiple)
+                                      length_bucket, mesh_of, put_replicated, put_rows, rows_multiple)
 
 MAX_CHUNK = 512
 
@@ -146,7 +147,7 @@ def _decode(config: ModelConfig, sampling: SamplingParams, mesh, params: Params,
 # --- host API ---------------------------------------------------------------------------------
 
 def _host_lengths(state: SamplerState) -> np.ndarray:
-    return np.array(jax.device_get(state.cache.lengths))  # a writable host copy
+    return np.array(to_host(state.cache.lengths))  # a writable host copy
 
 
 def ensure_capacity(state: SamplerState, needed: int) -> SamplerState:
@@ -225,9 +226,9 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
     ids = np.zeros(state.batch_size, np.uint32)
     ids[:n] = np.asarray(row_ids, np.uint32)
     mesh = mesh_of(state)  # the call's only host-to-device transfers:
-    out, state = _decode(config, sampling, mesh, params, state, jax.device_put(np.uint32(seed)), put_rows(ids, mesh),
-                         put_rows(live, mesh))
-    out, hidden = jax.device_get((out, state.hidden))
+    out, state = _decode(config, sampling, mesh, params, state, put_replicated(np.uint32(seed), mesh),
+                         put_rows(ids, mesh), put_rows(live, mesh))
+    out, hidden = to_host((out, state.hidden))
     result = Generation(
         tokens=out["tokens"][:n], logprobs=out["logprobs"][:n],
         entropy=None if out["entropy"] is None else out["entropy"][:n],

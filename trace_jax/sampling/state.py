@@ -27,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from trace_jax.models.cache import KVCache, init_cache
 from trace_jax.models.config import ModelConfig
+from trace_jax.parallel.host import to_device
 from trace_jax.parallel.rules import BATCH_AXES, row_shards, state_spec
 
 
@@ -83,14 +84,29 @@ def constrain(state: SamplerState, mesh: Mesh | None) -> SamplerState:
 
 
 def put_rows(array: np.ndarray, mesh: Mesh | None) -> jax.Array:
-    """A host array whose first axis is rows, placed like the state's rows."""
+    """A host array whose first axis is rows, placed like the state's rows (over every process's devices
+    in a multi-host run: each process holds the same host array)."""
     if mesh is None:
         return jax.device_put(array)
-    return jax.device_put(array, NamedSharding(mesh, P(BATCH_AXES, *([None] * (np.ndim(array) - 1)))))
+    return to_device(array, NamedSharding(mesh, P(BATCH_AXES, *([None] * (np.ndim(array) - 1)))))
+
+
+def put_replicated(array, mesh: Mesh | None) -> jax.Array:
+    """A host value every device of the mesh holds whole (a seed)."""
+    return jax.device_put(array) if mesh is None else to_device(np.asarray(array), NamedSharding(mesh, P()))
 
 
 def rows_multiple(mesh: Mesh | None) -> int:
     return 1 if mesh is None else row_shards(mesh)
+
+
+def row_processes(rows: int, mesh: Mesh | None) -> np.ndarray:
+    """The process whose devices decode each of `rows` rows (that of its shard's first device)."""
+    if mesh is None:
+        return np.full(rows, jax.process_index())
+    shards = row_shards(mesh)
+    first = mesh.devices.reshape(shards, -1)[:, 0]  # shard order of P(("data", "fsdp")): data-major
+    return np.repeat([d.process_index for d in first], rows // shards)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))

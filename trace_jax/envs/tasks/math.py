@@ -63,6 +63,9 @@ class ArithmeticWordProblems(TaskSource):
     name = "math"
 
     def __init__(self, seed: int = 0, *, num_questions: int = 2000, min_steps: int = 2, max_steps: int = 5):
+        if max_steps < 1:
+            raise ValueError(f"math problems need at least 1 operation: max_steps={max_steps} (task.max_difficulty)")
+        min_steps = min(min_steps, max_steps)  # max_difficulty=1: one-operation problems only
         rng = np.random.default_rng(seed)
         seen, self._tasks = set(), []
         for attempt in range(num_questions * 10):
