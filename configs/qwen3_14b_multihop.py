@@ -3,7 +3,12 @@
   python experiments/train.py --config configs/qwen3_14b_multihop.py:checkpoint=/data/Qwen3-14B \
       --workdir /data/runs/qwen3_14b_trace --config.mesh.fsdp=8 --config.mesh.tensor=2 --distributed
 
-Expected runtime: hours on 16 accelerators.
+On a pod the same command runs on every host (TPU pods and SLURM supply the rest); elsewhere add, per host,
+`--coordinator_address=HOST0:1234 --num_processes=N --process_id=K`. Every process needs the checkpoint
+and the data at the same path; the workdir must be shared (orbax writes each array once).
+Will it fit? `python experiments/dry_run.py --config configs/qwen3_14b_multihop.py --devices 16`: not at
+this budget on 16 devices (README, "Scaling out": each device's share of the 512 rows' KV cache is 25 GiB;
+decoding in waves is not built). Expected runtime: hours on 16 accelerators.
 """
 
 from configs import qwen3_8b_multihop

@@ -4,7 +4,11 @@
       --workdir /data/runs/qwen3_8b_trace --config.mesh.fsdp=8
 
 The checkpoint is a local HF directory (config.json, *.safetensors, tokenizer files); nothing is
-downloaded. Add `--distributed` on multi-host TPU/GPU pods. Expected runtime: hours on 8 H100s.
+downloaded. Several hosts: add `--distributed` (TPU pods, SLURM), elsewhere also
+`--coordinator_address=HOST0:1234 --num_processes=N --process_id=K` per host, with the checkpoint, data
+and a shared workdir at the same paths. Will it fit? `python experiments/dry_run.py --config
+configs/qwen3_8b_multihop.py --devices 8`: not at this budget (README, "Scaling out"). Expected runtime:
+hours on 8 H100s.
 """
 
 from trace_jax.config_files import config_args, default_config

@@ -1,18 +1,22 @@
 """Benchmark of the rollout engine, every ratio measured side by side in one run on one machine.
 
-  python experiments/bench_sampler.py              # ~10 min on a 2-core CPU
-  python experiments/bench_sampler.py --quick      # smaller repeats, for a smoke run
+  python experiments/bench_sampler.py              # ~15 min on a 2-core CPU
+  python experiments/bench_sampler.py --quick      # 1 pair, for a smoke run
 
 a. tree expansion (prefill the prefix once, fork by gather) vs re-prefilling every branch;
 b. multi-turn rollouts: cache kept (`extend`) vs re-prefilling the history every turn;
 c. our `generate` vs `transformers` `generate` (PyTorch) on the same weights;
 d. the machine's matmul peak and our decode's achieved FLOP/s as a fraction of it.
-The last line printed is one JSON object with the headline figures.
+Every ratio is measured in pairs: the two variants alternate (A, B, A, B, ...) `--repeats` times (>= 5 for
+a figure worth quoting) after one warm-up each, and the ratio is the median of the per-pair ratios with
+their min and max, so a slow spell of a shared machine lands in one pair instead of one side.
+The last line printed is one JSON object with the headline figures: each ratio as {"median", "range"}.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -29,14 +33,41 @@ from trace_jax.models.presets import get_preset
 from trace_jax.sampling import SamplingParams, decode, extend, generate, start, tree_expand
 
 
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0
+
+
 def median_time(fn, repeats: int) -> float:
     fn()  # warm-up: compiles every program the timed runs use
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(_timed(fn) for _ in range(repeats))
+
+
+@dataclasses.dataclass(frozen=True)
+class Paired:
+    """Two variants timed alternately: median seconds of each, and the per-pair ratio slow / fast."""
+
+    fast_s: float
+    slow_s: float
+    ratio: float  # median over pairs of slow_s / fast_s
+    low: float
+    high: float
+
+    def json(self) -> dict:
+        return {"median": round(self.ratio, 3), "range": [round(self.low, 3), round(self.high, 3)]}
+
+    def text(self) -> str:
+        return f"{self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+
+def paired(fast, slow, repeats: int) -> Paired:
+    """Times `fast` and `slow` alternately `repeats` times each (after one warm-up of each)."""
+    fast(), slow()
+    pairs = [(_timed(fast), _timed(slow)) for _ in range(repeats)]
+    ratios = [s / f for f, s in pairs]
+    return Paired(fast_s=statistics.median(f for f, _ in pairs), slow_s=statistics.median(s for _, s in pairs),
+                  ratio=statistics.median(ratios), low=min(ratios), high=max(ratios))
 
 
 def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -57,13 +88,10 @@ def bench_tree(config, params, repeats, ks, prefix_len=512, new_tokens=64):
             gen, _ = generate(config, params, prefix * k, sampling, seed=0, row_ids=range(k))
             return gen
 
-        t_tree, t_re = median_time(tree, repeats), median_time(reprefill, repeats)
-        rows[k] = dict(tree_s=t_tree, reprefill_s=t_re, tree_tok_s=k * new_tokens / t_tree,
-                       reprefill_tok_s=k * new_tokens / t_re, tree_prefill_tokens=prefix_len,
-                       reprefill_prefill_tokens=k * prefix_len, ratio=t_re / t_tree)
-        print(f"  k={k:2d}  tree {rows[k]['tree_tok_s']:8.1f} tok/s ({prefix_len} prefill tok)   "
-              f"re-prefill {rows[k]['reprefill_tok_s']:8.1f} tok/s ({k * prefix_len} prefill tok)   "
-              f"ratio {rows[k]['ratio']:.2f}x", flush=True)
+        rows[k] = p = paired(tree, reprefill, repeats)
+        print(f"  k={k:2d}  tree {k * new_tokens / p.fast_s:8.1f} tok/s ({prefix_len} prefill tok)   "
+              f"re-prefill {k * new_tokens / p.slow_s:8.1f} tok/s ({k * prefix_len} prefill tok)   "
+              f"ratio {p.text()}", flush=True)
     return rows
 
 
@@ -87,10 +115,10 @@ def bench_multiturn(config, params, repeats, batch=8, turns=4, prompt_len=128, o
                 history = [h + gen.row(i) + observations[t][i] for i, h in enumerate(history)]
         return gen
 
-    t_cache, t_re = median_time(cached, repeats), median_time(reprefill, repeats)
-    print(f"  {turns} turns x {obs_len}-token observations, batch {batch}: cache kept {t_cache:.2f}s, "
-          f"re-prefill {t_re:.2f}s, ratio {t_re / t_cache:.2f}x", flush=True)
-    return dict(cached_s=t_cache, reprefill_s=t_re, ratio=t_re / t_cache)
+    p = paired(cached, reprefill, repeats)
+    print(f"  {turns} turns x {obs_len}-token observations, batch {batch}: cache kept {p.fast_s:.2f}s, "
+          f"re-prefill {p.slow_s:.2f}s, ratio {p.text()}", flush=True)
+    return p
 
 
 def bench_vs_transformers(name, config, params, repeats, batch=64, prompt_len=32, new_tokens=64):
@@ -115,11 +143,11 @@ def bench_vs_transformers(name, config, params, repeats, batch=64, prompt_len=32
                                   temperature=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                   pad_token_id=0)
 
-    t_ours, t_hf = median_time(ours, repeats), median_time(theirs, repeats)
+    p = paired(ours, theirs, repeats)
     tokens = batch * new_tokens
-    print(f"  {name}: ours {tokens / t_ours:8.1f} tok/s   transformers {tokens / t_hf:8.1f} tok/s   "
-          f"ratio {t_hf / t_ours:.2f}x", flush=True)
-    return dict(ours_tok_s=tokens / t_ours, transformers_tok_s=tokens / t_hf, ratio=t_hf / t_ours)
+    print(f"  {name}: ours {tokens / p.fast_s:8.1f} tok/s   transformers {tokens / p.slow_s:8.1f} tok/s   "
+          f"ratio {p.text()}", flush=True)
+    return p
 
 
 def matmul_peak(repeats: int, n: int = 2048) -> float:
@@ -163,16 +191,19 @@ def bench_decode_fraction(config, params, peak, repeats, batch=64, prompt_len=32
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="1 repeat, k in {2, 8}, shorter prefix")
+    parser.add_argument("--repeats", type=int, default=5, help="alternating pairs per ratio (>= 1; quote >= 5)")
+    parser.add_argument("--quick", action="store_true", help="1 pair, k in {2, 8}, shorter prefix")
     parser.add_argument("--preset", default="small")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
     repeats = 1 if args.quick else args.repeats
     config = get_preset(args.preset)
     params = init_params(config, 0)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"jax {jax.__version__} on {jax.devices()[0].platform}; model {args.preset} "
-          f"({num_params(config) / 1e6:.2f}M params); medians of {repeats}", flush=True)
+          f"({num_params(config) / 1e6:.2f}M params); ratios: median [min, max] of {repeats} alternating pairs",
+          flush=True)
 
     print("a. tree expansion vs re-prefilling each branch (prefix 512, 64 new tokens)")
     ks = (2, 8) if args.quick else (2, 4, 8, 16)
@@ -187,10 +218,11 @@ def main():
     fraction = bench_decode_fraction(config, params, matmul_peak(repeats), repeats)
 
     print(json.dumps({
-        "tree_vs_reprefill": {str(k): round(v["ratio"], 3) for k, v in tree.items()},
-        "multiturn_cache_vs_reprefill": round(multiturn["ratio"], 3),
-        "generate_vs_transformers": round(versus[args.preset]["ratio"], 3),
-        "generate_vs_transformers_tiny_qwen3": round(versus["tiny-qwen3"]["ratio"], 3),
+        "pairs": repeats,
+        "tree_vs_reprefill": {str(k): v.json() for k, v in tree.items()},
+        "multiturn_cache_vs_reprefill": multiturn.json(),
+        "generate_vs_transformers": versus[args.preset].json(),
+        "generate_vs_transformers_tiny_qwen3": versus["tiny-qwen3"].json(),
         "decode_fraction_of_peak": round(fraction["fraction"], 4),
         "decode_gflops": round(fraction["decode_gflops"], 2),
         "peak_gflops": round(fraction["peak_gflops"], 1),

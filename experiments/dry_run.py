@@ -9,7 +9,7 @@ config's mesh, budget and lengths:
     data x fsdp, heads over tensor, params replicated over the batch axes ("replicated") or left
     FSDP-sharded for XLA to gather layer by layer ("fsdp_gathered"); both are compiled;
   - prefill: one `MAX_CHUNK`-token prefill chunk (`extend`) into those rows;
-  - tree_expand: the fork's row gather (`sampling/fork.py`) with every row from another shard, spread evenly.
+  - tree_expand: the fork's row gather (`sampling/fork.py`) with a quarter of the rows from other shards.
 
   python experiments/dry_run.py --config configs/qwen3_14b_multihop.py --devices 16
   python experiments/dry_run.py --config configs/qwen3_8b_multihop.py --devices 8
@@ -121,11 +121,10 @@ def sampler_programs(run, model_config, mesh, context: int, *, gather_fsdp: bool
     chunk = engine.MAX_CHUNK
     prefill = engine._append.lower(model_config, mesh, params, state, per_row(chunk, dtype=jnp.int32),
                                    per_row(chunk, dtype=bool)).compile()
-    # tree_expand's fork: every row from another shard, spread evenly over the other shards
+    # tree_expand's fork: a quarter of every shard's rows from other shards
     shards = row_shards(mesh)
-    width = batch_bucket(-(-(rows // shards) // (shards - 1))) if shards > 1 else 0
-    send = jax.ShapeDtypeStruct((shards * shards * max(width, 1),), jnp.int32,
-                                sharding=NamedSharding(mesh, P(BATCH_AXES)))
+    width = batch_bucket(max(1, rows // shards // 4)) if shards > 1 else 0
+    send = jax.ShapeDtypeStruct((shards * max(width, 1),), jnp.int32, sharding=NamedSharding(mesh, P(BATCH_AXES)))
     fork = _exchange.lower(state, per_row(dtype=jnp.int32), send, mesh, width).compile()
     least = 2 * num_params(model_config)
     return {"decode": _analysis(decode, rows * run.rl.max_new_tokens, least),

@@ -21,6 +21,8 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (with -
 flags.DEFINE_integer("num_processes", None, "Processes in the run (with --distributed).")
 flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes) (with --distributed).")
 flags.DEFINE_integer("initialization_timeout", 300, "Seconds to wait for every process to join before failing.")
+flags.DEFINE_integer("heartbeat_timeout", 100, "Seconds without a heartbeat after which a process counts as dead and "
+                     "the others stop with an error (instead of waiting in a collective forever).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -34,7 +36,8 @@ def run(entry_point) -> None:
         from trace_jax.parallel.mesh import check_distributed, initialize_distributed
         explicit = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
         if FLAGS.distributed:
-            initialize_distributed(*explicit, timeout_s=FLAGS.initialization_timeout)
+            initialize_distributed(*explicit, timeout_s=FLAGS.initialization_timeout,
+                                   heartbeat_s=FLAGS.heartbeat_timeout)
         elif any(v is not None for v in explicit):
             check_distributed(*explicit)  # named first when malformed
             raise app.UsageError("--coordinator_address/--num_processes/--process_id need --distributed")

@@ -20,10 +20,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_match_one():
+def distributed_env(cache_dir) -> dict:
+    """The environment of jax.distributed test processes: their own compilation cache, apart from the one
+    this session shares with single-process subprocesses (the processes of one run write the same entries
+    at the same moment, and their executables are built for a distributed runtime)."""
+    return {**os.environ, "PYTHONPATH": REPO, "JAX_COMPILATION_CACHE_DIR": str(cache_dir)}
+
+
+def test_two_processes_match_one(tmp_path):
     port = _free_port()
     worker = os.path.join(REPO, "tests", "parallel", "multiprocess_worker.py")
-    env = {**os.environ, "PYTHONPATH": REPO}
+    env = distributed_env(tmp_path / "jax_cache")
     procs = [subprocess.Popen([sys.executable, worker, str(port), str(i), "2"], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outputs = [p.communicate(timeout=240) for p in procs]

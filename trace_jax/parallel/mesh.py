@@ -38,12 +38,12 @@ def check_distributed(coordinator: str | None, num_processes: int | None, proces
 
 
 def initialize_distributed(coordinator: str | None = None, num_processes: int | None = None,
-                           process_id: int | None = None, timeout_s: int = 300) -> None:
+                           process_id: int | None = None, timeout_s: int = 300, heartbeat_s: int = 100) -> None:
     """`jax.distributed.initialize` (arguments from the cluster environment when omitted); on CPU the
-    collectives go through gloo. A process whose peers do not all join within `timeout_s` exits with
-    JAX's error instead of waiting forever."""
+    collectives go through gloo. A process whose peers do not all join within `timeout_s`, or whose peer
+    stops sending heartbeats for `heartbeat_s` (it died), exits with JAX's error instead of waiting forever."""
     check_distributed(coordinator, num_processes, process_id)
     if jax.config.jax_platforms in (None, "", "cpu") or not jax.config.jax_platforms:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id,
-                               initialization_timeout=timeout_s)
+                               initialization_timeout=timeout_s, heartbeat_timeout_seconds=heartbeat_s)

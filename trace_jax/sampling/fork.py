@@ -7,9 +7,10 @@ A fork copies parent rows into a child bucket of R rows (a multiple of S):
   others on free rows elsewhere (the greedy reaches the optimum, sum over shards of min(children whose
   parent is there, R / S)); `ForkPlan.cross_shard` counts the children that cross.
 - `gather_rows` copies shard-local rows with a local take and the others through one explicit
-  exchange: each shard packs, for every other shard, the rows that shard needs into a buffer of X rows
-  (X: the most one shard sends another, bucketed), one all-to-all over the batch axes, a take. A shard
-  receives S x X rows, never another shard's whole block unless the fork really moves it.
+  exchange: each shard packs the rows other shards need from it into a buffer of X rows (X: the most
+  any shard sends, bucketed), one all-gather of those buffers over the batch axes, a take. A shard
+  receives S x X rows, never another shard's whole block unless the fork really moves it (an
+  all-to-all, each shard receiving only what it needs, would move less: not done).
 - `concat_states` merges several states shard by shard (each shard's blocks side by side), so merging
   moves no row across shards.
 
@@ -82,20 +83,18 @@ def gather_rows(state: SamplerState, source: Sequence[int]) -> SamplerState:
     shards = rows_multiple(mesh)
     per_source, per_target = state.batch_size // shards, len(source) // shards
     home, local = source // per_source, source % per_source
-    target = np.arange(len(source)) // per_target
-    crossing = np.flatnonzero(target != home)
-    sends: dict[tuple[int, int], list[int]] = {}  # (from shard, to shard) -> local rows, in pick order
+    crossing = np.flatnonzero(np.arange(len(source)) // per_target != home)
+    sends: list[list[int]] = [[] for _ in range(shards)]  # per shard: its local rows other shards need
     pick = local.copy()
     for t in crossing:
-        rows = sends.setdefault((home[t], target[t]), [])
-        pick[t] = len(rows)  # provisional: its slot in that pair's buffer
-        rows.append(int(local[t]))
-    width = batch_bucket(max(map(len, sends.values()))) if sends else 0
-    for t in crossing:  # its place in [own block, the buffers every shard sent to this one]
+        pick[t] = len(sends[home[t]])  # provisional: its slot in its home shard's buffer
+        sends[home[t]].append(int(local[t]))
+    width = batch_bucket(max(map(len, sends))) if crossing.size else 0
+    for t in crossing:  # its place in [own block, every shard's send buffer]
         pick[t] = per_source + home[t] * width + pick[t]
-    send = np.zeros((shards, shards, max(width, 1)), np.int32)  # [from, to, slot]
-    for (src, dst), rows in sends.items():
-        send[src, dst, :len(rows)] = rows
+    send = np.zeros((shards, max(width, 1)), np.int32)
+    for shard, rows in enumerate(sends):
+        send[shard, :len(rows)] = rows
     return _exchange(state, put_rows(pick, mesh), put_rows(send.reshape(-1), mesh), mesh, width)
 
 
@@ -111,8 +110,8 @@ def _exchange(state: SamplerState, pick: jax.Array, send: jax.Array, mesh: Mesh,
     def per_shard(block_state, pick, send):
         def one(x):
             if width:
-                outgoing = jnp.take(x, send, axis=0)  # [shards * width, ...]: block j goes to shard j
-                incoming = jax.lax.all_to_all(outgoing, BATCH_AXES, 0, 0, tiled=True)  # block j came from shard j
+                outgoing = jnp.take(x, send, axis=0)  # [width, ...]: the rows other shards need from this one
+                incoming = jax.lax.all_gather(outgoing, BATCH_AXES, axis=0, tiled=True)  # [shards * width, ...]
                 x = jnp.concatenate([x, incoming], axis=0)
             return jnp.take(x, pick, axis=0)
 

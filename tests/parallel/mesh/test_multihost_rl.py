@@ -9,7 +9,6 @@ in the two-process run through orbax as a global array)."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -18,9 +17,10 @@ import pytest
 from safetensors.numpy import load_file
 
 from configs import quickstart
+from tests.parallel.test_multiprocess import _free_port, distributed_env
 from trace_jax import experiment, train
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # One-operation arithmetic after 300 SFT steps: a policy that succeeds sometimes, so the steps have
 # mixed trees and non-zero gradients.
 OVERRIDES = {"task.source": "math", "task.max_difficulty": 1, "sft.steps": 300, "rl.steps": 3,
@@ -33,12 +33,6 @@ def _config():
         section, key = dotted.split(".")
         c[section][key] = value
     return c
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +61,7 @@ def test_two_processes_run_the_rl_steps_of_one(tmp_path, sft_checkpoint):
     port = _free_port()
     multi = _workdir(tmp_path, "two_processes", sft_checkpoint)
     flags = [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
-    env = {**os.environ, "PYTHONPATH": REPO, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = {**distributed_env(tmp_path / "jax_cache"), "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     procs = [subprocess.Popen(
         [sys.executable, "experiments/train.py", "--config", "configs/quickstart.py:runlocal", "--workdir", str(multi),
          *flags, "--distributed", f"--coordinator_address=localhost:{port}", "--num_processes=2",
