@@ -115,9 +115,9 @@ def sampler_programs(run, model_config, mesh, context: int, *, gather_fsdp: bool
     def per_row(*shape, dtype):
         return jax.ShapeDtypeStruct((rows, *shape), dtype, sharding=NamedSharding(mesh, P(BATCH_AXES)))
 
-    decode = engine._decode.lower(model_config, sampling, mesh, params, state,
+    decode = engine._decode.lower(model_config, sampling, sampling.max_new_tokens, mesh, params, state,
                                   jax.ShapeDtypeStruct((), jnp.uint32, sharding=replicated),
-                                  per_row(dtype=jnp.uint32), per_row(dtype=bool)).compile()
+                                  per_row(dtype=jnp.uint32), per_row(dtype=bool), per_row(dtype=jnp.int32)).compile()
     chunk = engine.MAX_CHUNK
     prefill = engine._append.lower(model_config, mesh, params, state, per_row(chunk, dtype=jnp.int32),
                                    per_row(chunk, dtype=bool)).compile()

@@ -51,6 +51,7 @@ FIELD_RANGES: dict[str, Range] = {
     "sft.num_demos": _AT_LEAST_1, "sft.mistake_rate": _PROBABILITY, "sft.max_len": Range(2),
     "rl.steps": _AT_LEAST_0, "rl.temperature": _POSITIVE, "rl.top_p": Range(0, 1, low_open=True),
     "rl.max_new_tokens": _AT_LEAST_1, "rl.eval_every": _AT_LEAST_0, "rl.train_prompts": _AT_LEAST_0,
+    "rl.decode_chunk": _AT_LEAST_0, "rl.decode_slots": _AT_LEAST_0,
     "learner.learning_rate": _POSITIVE, "learner.weight_decay": _AT_LEAST_0, "learner.max_grad_norm": _POSITIVE,
     "learner.micro_batch": _AT_LEAST_1,
     "budget.rollouts": _AT_LEAST_1, "budget.prompts": _AT_LEAST_1, "budget.candidates": _AT_LEAST_1,
@@ -85,6 +86,9 @@ def check_fields(run: RunConfig) -> None:
     if run.budget.m_min > run.budget.m_max:
         raise ConfigError(f"config fields 'budget.m_min'={run.budget.m_min} and 'budget.m_max'={run.budget.m_max} "
                           "conflict: m_min must be <= m_max")
+    if run.rl.decode_slots and not run.rl.decode_chunk:
+        raise ConfigError(f"config field 'rl.decode_slots'={run.rl.decode_slots} needs 'rl.decode_chunk' > 0 "
+                          "(slots are continuous batching's)")
     if run.budget.prompts > run.budget.candidates:
         raise ConfigError(f"config fields 'budget.prompts'={run.budget.prompts} and 'budget.candidates'="
                           f"{run.budget.candidates} conflict: prompts are chosen among the candidates")

@@ -32,6 +32,7 @@ from trace_jax.parallel.mesh import make_mesh
 from trace_jax.parallel.rules import to_sampling_layout
 from trace_jax.rl import learner
 from trace_jax.rollout.agent_loop import Policy
+from trace_jax.rollout.continuous import Batching
 from trace_jax.sampling import SamplingParams
 from trace_jax.sft import conversation_demonstrations, make_batch, oracle_demonstrations, sft_step
 from trace_jax.stopping import RunInterrupted, StopFlag
@@ -71,7 +72,8 @@ class Setup:
         """The sampling policy; on a mesh its params are resharded into the sampling layout
         (`parallel/rules.py`; a no-op when they already are)."""
         params = self.params if params is None else params
-        return Policy(self.model_config, to_sampling_layout(params, self.mesh), self.sampling, self.renderer)
+        return Policy(self.model_config, to_sampling_layout(params, self.mesh), self.sampling, self.renderer,
+                      Batching(chunk=self.run.rl.decode_chunk, slots=self.run.rl.decode_slots))
 
 
 def _world(task: run_config.TaskSection):

@@ -76,6 +76,8 @@ class StepRecord:
         own errors, tool crashes caught at the environment boundary).
       cross_shard_rows: forked rows the sampler copied from another shard (on a mesh; `sampling/fork.py`).
       rollouts_by_process: rollouts started whose rows each process's devices decoded (multi-host split).
+      slot_utilisation: sampled tokens per row-step the decode loop computed (1: no row ever waited for a
+        slower one; `rl.decode_chunk` > 0 schedules continuously).
     """
 
     step: int
@@ -94,6 +96,7 @@ class StepRecord:
     tool_errors: dict[str, int] = dataclasses.field(default_factory=dict)
     cross_shard_rows: int = 0
     rollouts_by_process: tuple[int, ...] | None = None
+    slot_utilisation: float | None = None
 
     @property
     def root_m_std(self) -> float | None:

@@ -113,6 +113,12 @@ class RLSection:
       train_prompts: training prompts the RL stream cycles over (0 = the whole train split). A small
         pool makes prompts recur across steps, so allocators with per-prompt histories (mopps,
         knapsack) have histories to use.
+      decode_chunk: 0: turn-synchronous rollouts (every live branch decodes its turn in one call, until
+        the longest stops); > 0: continuous batching (`rollout/continuous.py`), this many decode steps
+        per call, a row whose turn ended runs its tool and rejoins while the others decode on. Same
+        samples either way (same random numbers per row and token); only the schedule differs.
+      decode_slots: with decode_chunk > 0, rows decoding at once; pending branches wait for a slot
+        (0: one slot per branch of each expansion).
     """
 
     steps: int = 80
@@ -121,6 +127,8 @@ class RLSection:
     max_new_tokens: int = 40
     eval_every: int = 0
     train_prompts: int = 0
+    decode_chunk: int = 0
+    decode_slots: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -238,13 +246,15 @@ def from_config_dict(config) -> RunConfig:
 # (not the RL seed: every run of a comparison restores one SFT checkpoint). An RL checkpoint: every
 # field except those a resumed run may change (train longer, evaluate differently, another mesh).
 SFT_SETTINGS = ("model", "task", "sft")
-RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "eval", "checkpoint", "mesh")
+RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode_slots", "eval", "checkpoint",
+                      "mesh")
 
 
 # Fields added after runs were stored under `settings`: left out while they hold these values (which keep
 # the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
 ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": "",
-                "task.search_url": "", "task.action_format": "react", "task.thinking": True, "task.f1_success": 0.0}
+                "task.search_url": "", "task.action_format": "react", "task.thinking": True, "task.f1_success": 0.0,
+                "rl.decode_chunk": 0, "rl.decode_slots": 0}
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -114,7 +114,8 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
                         root_counts=outcome.root_counts, predictor_loss=outcome.predictor_loss, kappa=outcome.kappa,
                         rollout_budget=outcome.rollout_budget, tool_errors=dict(engine.tool_errors),
                         cross_shard_rows=engine.cross_shard_rows,
-                        rollouts_by_process=tuple(engine.rollouts_by_process))
+                        rollouts_by_process=tuple(engine.rollouts_by_process),
+                        slot_utilisation=engine.decode_tokens / max(engine.decode_slot_steps, 1))
     return params, opt_state, record
 
 

@@ -152,6 +152,8 @@ def test_range_errors_state_the_allowed_range():
         from_config_dict(_updated({"rl.top_p": 0.0}))
     with pytest.raises(ConfigError, match="'seed'"):
         from_config_dict({**quickstart.get_config().to_dict(), "seed": -3})
+    with pytest.raises(ConfigError, match=r"'rl\.decode_slots'=8 needs 'rl\.decode_chunk' > 0"):
+        from_config_dict(_updated({"rl.decode_slots": 8}))
 
 
 @pytest.mark.parametrize("name,arg,culprit", [

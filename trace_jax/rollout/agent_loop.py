@@ -23,6 +23,7 @@ from trace_jax.envs.render import ReactRenderer
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
 from trace_jax.parallel.host import to_host
+from trace_jax.rollout.continuous import Batching, run_continuous
 from trace_jax.rollout.tree import Ledger, Node, RolloutTree
 from trace_jax.envs.formats import cut_at_stop
 from trace_jax.sampling import SamplingParams, decode, extend, start, tree_expand, truncate
@@ -37,12 +38,14 @@ MAX_TURNS = TURN_STRIDE - 1
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """What the loop samples with: model config and params, per-turn sampling, the renderer."""
+    """What the loop samples with: model config and params, per-turn sampling, the renderer, and how decoding
+    is scheduled (turn-synchronous by default; `continuous.Batching`)."""
 
     config: ModelConfig
     params: Params
     sampling: SamplingParams
     renderer: ReactRenderer
+    batching: Batching = Batching()
 
 
 def turn_sampling(sampling: SamplingParams, renderer: ReactRenderer) -> SamplingParams:
@@ -95,7 +98,10 @@ class RolloutEngine:
         self.tool_errors: collections.Counter[str] = collections.Counter()  # error observations by kind
         self.cross_shard_rows = 0  # forked rows copied from another shard (on a mesh)
         self.rollouts_by_process = [0] * jax.process_count()  # rollouts whose rows each process's devices decode
+        self.decode_slot_steps = 0  # rows x decode steps computed (padding and finished rows included)
+        self.decode_tokens = 0  # of which sampled a token of a live turn
         self._states: dict[int, SamplerState] = {}
+        self._next_state = 0
         self._anchors: dict[RolloutTree, dict[int, _AnchorHandle]] = {}  # tree -> node id -> handle
         self._uid = 0
 
@@ -123,10 +129,15 @@ class RolloutEngine:
         branches, sources = self._branches(trees, anchors)
         if not branches:
             return []
-        sid = len(self._states)  # where these branches' state is stored once they all finished
+        self.ledger.rollouts_started += len(branches)
+        self.ledger.tokens_prefilled += len(branches)  # each fork re-feeds its boundary's last token
+        leaves: list[tuple[int, int]] = []
+        if self.policy.batching.chunk:
+            run_continuous(self, trees, branches, sources, leaves)
+            return leaves
+        sid = self._reserve_state()  # where these branches' state is stored once they all finished
         gen, state, rows = self._fork(trees, branches, sources)  # branch i lives in state row rows[i]
         live = [True] * len(branches)
-        leaves: list[tuple[int, int]] = []
         while True:
             observations, boundaries, dropped = self._step_envs(trees, branches, gen, live, leaves)
             if not any(live):
@@ -141,6 +152,7 @@ class RolloutEngine:
             row_ids[rows], active[rows] = self._row_ids(branches, trees), live
             gen, state = decode(self.policy.config, self.policy.params, state, self.policy.sampling, seed=self.seed,
                                 row_ids=row_ids.tolist(), active=active)
+            self._count_decode(gen, state.batch_size)
             gen = gen.take(rows)
         self._states[sid] = state
         return leaves
@@ -180,14 +192,11 @@ class RolloutEngine:
         parents = [merged_row(offset[r.state], r.row, self._states[r.state].batch_size, merged.batch_size, mesh)
                    for r in sources]
         plan = plan_fork(parents, merged.batch_size, mesh)
-        self.cross_shard_rows += plan.cross_shard
-        for process in row_processes(len(plan.source), mesh)[plan.rows]:
-            self.rollouts_by_process[process] += 1
-        self.ledger.rollouts_started += len(branches)
-        self.ledger.tokens_prefilled += len(branches)  # each fork re-feeds its boundary's last token
+        self._placed(plan.rows, len(plan.source), mesh, cross_shard=plan.cross_shard)
         gen, state = tree_expand(p.config, p.params, merged, parents, p.sampling, seed=self.seed,
                                  row_ids=self._row_ids(branches, trees), fork_lengths=[r.length for r in sources],
                                  plan=plan)
+        self._count_decode(gen, state.batch_size)
         return gen, state, plan.rows
 
     def _step_envs(self, trees, branches, gen, live, leaves):
@@ -242,14 +251,41 @@ class RolloutEngine:
         state = extend(p.config, p.params, state, per_row)
         hidden, lengths = to_host((state.hidden, state.cache.lengths))
         for i, node in boundaries.items():
-            tree, row = trees[branches[i].tree], int(rows[i])
-            tree.mark_anchor(node.id, prefix_length=int(lengths[row]), hidden=np.asarray(hidden[row]))
-            self._anchors[tree][node.id] = _AnchorHandle(PrefixRef(sid, row, int(lengths[row])),
-                                                         branches[i].episode.fork())
+            row = int(rows[i])
+            self._anchor(trees[branches[i].tree], node, sid, row, int(lengths[row]), np.asarray(hidden[row]),
+                         branches[i].episode)
         return state
 
+    # --- bookkeeping shared with the continuous loop (`continuous.py`) ----------------------------
+
+    def _anchor(self, tree: RolloutTree, node: Node, sid: int, row: int, length: int, hidden: np.ndarray,
+                episode: Episode) -> None:
+        """A new turn boundary: the tree records its prefix length and hidden state; the engine where the
+        prefix lives (row `row` of state `sid`) and a fork of the episode at that boundary."""
+        tree.mark_anchor(node.id, prefix_length=length, hidden=hidden)
+        self._anchors[tree][node.id] = _AnchorHandle(PrefixRef(sid, row, length), episode.fork())
+
+    def _repoint(self, tree: RolloutTree, node_id: int, sid: int, row: int) -> None:
+        """The anchor's prefix moved to row `row` of state `sid` (a slot's row archived before reuse)."""
+        handle = self._anchors[tree][node_id]
+        self._anchors[tree][node_id] = dataclasses.replace(handle, prefix=PrefixRef(sid, row, handle.prefix.length))
+
+    def _placed(self, rows, batch: int, mesh, *, cross_shard: int) -> None:
+        """Branches forked into rows `rows` of a state of `batch` rows: who decodes them, what crossed shards."""
+        self.cross_shard_rows += cross_shard
+        for process in row_processes(batch, mesh)[np.asarray(rows, np.int64)]:
+            self.rollouts_by_process[process] += 1
+
+    def _count_decode(self, gen, batch: int) -> None:
+        self.decode_slot_steps += batch * int(gen.lengths.max(initial=0))
+        self.decode_tokens += int(gen.lengths.sum())
+
+    def _reserve_state(self) -> int:
+        sid, self._next_state = self._next_state, self._next_state + 1
+        return sid
+
     def _store(self, state: SamplerState) -> int:
-        sid = len(self._states)
+        sid = self._reserve_state()
         self._states[sid] = state
         return sid
 

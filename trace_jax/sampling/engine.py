@@ -1,9 +1,12 @@
 """The rollout engine: chunked prefill (`extend`), the jitted decode loop, `generate` and `tree_expand`.
 
-Three jitted programs do all device work: `_append` (a prefill chunk into existing rows),
-`_decode` (a `lax.while_loop` that samples and feeds tokens until every row stops) and the
-row gather of `fork.gather_rows`. On a mesh (params in the sampling layout) every state is
-row-sharded as `state.py` says and each program is compiled for it. The host functions around them pad batch and lengths to
+The jitted programs that do all device work: `_append` (a prefill chunk into existing rows),
+`_decode` (a `lax.while_loop` that samples and feeds tokens until every row stops, or for at most
+`steps` tokens: continuous batching decodes in chunks), `_rewind` (rows cut back to a prefix), the row
+gather of `fork.gather_rows`, and two that compute only a sub-batch of rows and write it back into a
+live state: `_place` (a fork into free slots) and `_append_rows` (one row's observation while the others
+wait mid-turn). On a mesh (params in the sampling layout) every state is row-sharded as `state.py`
+says and each program is compiled for it. The host functions around them pad batch and lengths to
 buckets, keep the cache in and out (donated), and read back one small array per call: no
 per-token host syncs. Randomness of row r at its t-th new token is
 `fold_in(fold_in(key(seed), r), t)`, so a row's sample does not depend on its batch-mates.
@@ -86,44 +89,85 @@ def _append(config, mesh, params, state, tokens, mask):
     return constrain(_append_body(config, params, state, tokens, mask), mesh)
 
 
+def _refeed_last(config: ModelConfig, params: Params, state: SamplerState, lengths, changed) -> SamplerState:
+    """Rows `changed` are cut back to `lengths` tokens, their logits/hidden recomputed from the kept last
+    token; the other rows are untouched."""
+    last = jnp.take_along_axis(state.tokens, jnp.maximum(lengths - 1, 0)[:, None], axis=1)
+    cut = state.replace(cache=state.cache.replace(lengths=jnp.where(changed, lengths - 1, state.cache.lengths)))
+    return _append_body(config, params, cut, last, changed[:, None]).replace(pooled=state.pooled)
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
 def _rewind(config, mesh, params, state, lengths):
     """Cuts each row back to `lengths` tokens and recomputes its logits/hidden from the kept last token."""
-    last = jnp.take_along_axis(state.tokens, (lengths - 1)[:, None], axis=1)
-    state = state.replace(cache=state.cache.replace(lengths=lengths - 1))
-    return constrain(_append_body(config, params, state, last, jnp.ones_like(last, bool)).replace(pooled=state.pooled),
-                     mesh)
+    return constrain(_refeed_last(config, params, state, lengths, jnp.ones(lengths.shape, bool)), mesh)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=4)
-def _decode(config: ModelConfig, sampling: SamplingParams, mesh, params: Params, state: SamplerState, seed, row_ids,
-            active):
+def _take_rows(state: SamplerState, rows) -> SamplerState:
+    return jax.tree.map(lambda x: jnp.take(x, rows, axis=0, mode="clip"), state)
+
+
+def _put_rows(state: SamplerState, rows, sub: SamplerState) -> SamplerState:
+    """Writes the rows of `sub` into rows `rows` of `state` (indices past the batch are dropped: padding)."""
+    return jax.tree.map(lambda x, y: x.at[rows].set(y, mode="drop"), state, sub)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+def _place(config, mesh, params, state, source, source_rows, rows, lengths):
+    """Row rows[i] of `state` becomes row source_rows[i] of `source` cut to lengths[i] tokens (a fork into a
+    free slot); only the placed rows are computed."""
+    sub = _take_rows(source, source_rows)
+    sub = _refeed_last(config, params, sub, lengths, rows < state.batch_size)
+    return constrain(_put_rows(state, rows, sub), mesh)
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=1)
+def _copy(mesh, target, source, source_rows, rows):
+    return constrain(_put_rows(target, rows, _take_rows(source, source_rows)), mesh)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+def _append_rows(config, mesh, params, state, rows, cut, recut, tokens, mask):
+    """`_append_body` on rows `rows` only (a sub-batch gathered and written back): rows `recut` are first cut
+    back to `cut` tokens, then tokens [n, C] (right-padded, mask [n, C]) are appended."""
+    sub = _take_rows(state, rows)
+    sub = _refeed_last(config, params, sub, cut, recut)
+    sub = _append_body(config, params, sub, tokens, mask)
+    return constrain(_put_rows(state, rows, sub), mesh)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=5)
+def _decode(config: ModelConfig, sampling: SamplingParams, steps: int, mesh, params: Params, state: SamplerState,
+            seed, row_ids, active, positions):
+    """Samples and feeds at most `steps` tokens per active row; a row stops at a stop id or once it holds
+    max_new_tokens tokens of its turn, `positions[r]` of which it had before this call (continuous
+    batching decodes a turn in several calls; the turn-synchronous loop in one, from 0)."""
     row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(jax.random.key(seed), row_ids)
     B, N = state.batch_size, sampling.max_new_tokens
     stop_ids = jnp.asarray(sampling.stop_ids or (-1,), jnp.int32)
     rows = jnp.arange(B)
     out = dict(
-        tokens=jnp.zeros((B, N), jnp.int32),
-        logprobs=jnp.zeros((B, N), jnp.float32),
-        entropy=jnp.zeros((B, N), jnp.float32) if sampling.return_entropy else None,
+        tokens=jnp.zeros((B, steps), jnp.int32),
+        logprobs=jnp.zeros((B, steps), jnp.float32),
+        entropy=jnp.zeros((B, steps), jnp.float32) if sampling.return_entropy else None,
         lengths=jnp.zeros((B,), jnp.int32),
         stopped=jnp.zeros((B,), bool),
     )
 
     def cond(carry):
-        t, _, _, done = carry
-        return (t < N) & ~jnp.all(done)
+        i, _, _, done = carry
+        return (i < steps) & ~jnp.all(done)
 
     def body(carry):
-        t, state, out, done = carry
+        i, state, out, done = carry
         live = ~done
-        keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, t)
+        keys = jax.vmap(jax.random.fold_in)(row_keys, positions + i)  # the row's i-th token of this call
         token, logprob, entropy = select(state.logits, keys, sampling)
         out = dict(out)
-        out["tokens"] = out["tokens"].at[:, t].set(jnp.where(live, token, 0))
-        out["logprobs"] = out["logprobs"].at[:, t].set(jnp.where(live, logprob, 0.0))
+        out["tokens"] = out["tokens"].at[:, i].set(jnp.where(live, token, 0))
+        out["logprobs"] = out["logprobs"].at[:, i].set(jnp.where(live, logprob, 0.0))
         if entropy is not None:
-            out["entropy"] = out["entropy"].at[:, t].set(jnp.where(live, entropy, 0.0))
+            out["entropy"] = out["entropy"].at[:, i].set(jnp.where(live, entropy, 0.0))
         out["lengths"] = out["lengths"] + live
         hit_stop = live & jnp.isin(token, stop_ids)
         out["stopped"] = out["stopped"] | hit_stop
@@ -137,10 +181,10 @@ def _decode(config: ModelConfig, sampling: SamplingParams, mesh, params: Params,
             hidden=jnp.where(live[:, None], fed.hidden[:, 0], state.hidden),
             pooled=state.pooled,
         ), mesh)
-        done = done | hit_stop | (out["lengths"] >= N)
-        return t + 1, state, out, done
+        done = done | hit_stop | (positions + out["lengths"] >= N)
+        return i + 1, state, out, done
 
-    _, state, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out, ~active))
+    _, state, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out, ~active | (positions >= N)))
     return out, constrain(state, mesh)
 
 
@@ -210,24 +254,34 @@ def truncate(config: ModelConfig, params: Params, state: SamplerState, lengths: 
 
 
 def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: SamplingParams, *, seed: int,
-           row_ids: Sequence[int], active: Sequence[bool] | None = None) -> tuple[Generation, SamplerState]:
+           row_ids: Sequence[int], active: Sequence[bool] | None = None, positions: Sequence[int] | None = None,
+           steps: int | None = None) -> tuple[Generation, SamplerState]:
     """Continues rows 0..len(row_ids)-1 of `state` (those `active`) until a stop id or max_new_tokens.
 
+    With `steps` (continuous batching) it returns after at most that many tokens per row; `positions[r]`
+    says how many tokens of its turn row r already holds (they count towards max_new_tokens and index
+    the row's random numbers, so a turn decoded in several calls samples what one call would).
     Consumes `state`; returns the host-side Generation and the state holding every fed token.
     """
     n = len(row_ids)
     if n > state.batch_size:
         raise ValueError(f"{n} row ids for a state of {state.batch_size} rows")
+    steps = sampling.max_new_tokens if steps is None else int(steps)
+    if not 1 <= steps <= sampling.max_new_tokens:
+        raise ValueError(f"steps={steps} must lie in [1, max_new_tokens={sampling.max_new_tokens}]")
     live = np.zeros(state.batch_size, bool)
     live[:n] = True if active is None else np.asarray(active, bool)
+    done = np.zeros(state.batch_size, np.int32)
+    if positions is not None:
+        done[:n] = np.asarray(positions, np.int32)
     lengths = _host_lengths(state)
     if live.any():
-        state = ensure_capacity(state, int(lengths[live].max()) + sampling.max_new_tokens)
+        state = ensure_capacity(state, int((lengths + np.minimum(steps, sampling.max_new_tokens - done))[live].max()))
     ids = np.zeros(state.batch_size, np.uint32)
     ids[:n] = np.asarray(row_ids, np.uint32)
     mesh = mesh_of(state)  # the call's only host-to-device transfers:
-    out, state = _decode(config, sampling, mesh, params, state, put_replicated(np.uint32(seed), mesh),
-                         put_rows(ids, mesh), put_rows(live, mesh))
+    out, state = _decode(config, sampling, steps, mesh, params, state, put_replicated(np.uint32(seed), mesh),
+                         put_rows(ids, mesh), put_rows(live, mesh), put_rows(done, mesh))
     out, hidden = to_host((out, state.hidden))
     result = Generation(
         tokens=out["tokens"][:n], logprobs=out["logprobs"][:n],
@@ -236,12 +290,110 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
     return result, state
 
 
+def _sub_batch(rows: Sequence[int], batch: int) -> np.ndarray:
+    """Row indices padded to a power-of-two sub-batch with `batch` (out of range: gathered by clipping,
+    never written back)."""
+    index = np.full(batch_bucket(len(rows)), batch, np.int32)
+    index[: len(rows)] = rows
+    return index
+
+
+def place_rows(config: ModelConfig, params: Params, state: SamplerState, source: SamplerState,
+               source_rows: Sequence[int], rows: Sequence[int], lengths: Sequence[int]) -> SamplerState:
+    """Forks into free slots: row rows[i] of `state` becomes row source_rows[i] of `source` (left intact) cut
+    back to lengths[i] tokens. Only those rows are computed; consumes `state`."""
+    if not len(rows) == len(source_rows) == len(lengths):
+        raise ValueError(f"{len(rows)} rows, {len(source_rows)} source rows and {len(lengths)} lengths")
+    if not rows:
+        return state
+    have = _host_lengths(source)[np.asarray(source_rows)]
+    wanted = np.asarray(lengths, np.int64)
+    if (wanted < 1).any() or (wanted > have).any():
+        raise ValueError(f"fork lengths must lie in [1, parent length]; got {list(lengths)} for parents of "
+                         f"lengths {have.tolist()}")
+    if source.capacity > state.capacity:
+        state = grow(state, source.capacity)
+    elif source.capacity < state.capacity:
+        source = grow(source, state.capacity)
+    index, mesh = _sub_batch(rows, state.batch_size), mesh_of(state)
+    cut = np.ones(len(index), np.int32)
+    cut[: len(rows)] = wanted
+    return _place(config, mesh, params, state, source, put_replicated(_sub_batch(source_rows, source.batch_size), mesh),
+                  put_replicated(index, mesh), put_replicated(cut, mesh))
+
+
+def copy_rows(target: SamplerState, source: SamplerState, source_rows: Sequence[int],
+              rows: Sequence[int]) -> SamplerState:
+    """Row rows[i] of `target` becomes a copy of row source_rows[i] of `source` (left intact; same capacity).
+    Consumes `target`."""
+    if source.capacity != target.capacity:
+        raise ValueError(f"copy_rows needs equal capacities, got {source.capacity} and {target.capacity}")
+    mesh = mesh_of(target)
+    return _copy(mesh, target, source, put_replicated(_sub_batch(source_rows, source.batch_size), mesh),
+                 put_replicated(_sub_batch(rows, target.batch_size), mesh))
+
+
+def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: Sequence[int],
+                new_tokens: Sequence[Sequence[int]], *, cut: Sequence[int | None] | None = None,
+                max_chunk: int = MAX_CHUNK) -> SamplerState:
+    """`extend` on rows `rows` only, computed on a sub-batch of those rows: appends new_tokens[i] to row
+    rows[i], after cutting it back to cut[i] tokens where that is given (a turn stopped at a stop string;
+    see `truncate`). Consumes `state`."""
+    if len(rows) != len(new_tokens) or (cut is not None and len(cut) != len(rows)):
+        raise ValueError(f"{len(rows)} rows for {len(new_tokens)} token lists"
+                         + ("" if cut is None else f" and {len(cut)} cut lengths"))
+    if not rows:
+        return state
+    have = _host_lengths(state)[np.asarray(rows)]
+    wanted = have.copy() if cut is None else np.array([h if c is None else c for h, c in zip(have, cut)], np.int64)
+    if (wanted < 1).any() or (wanted > have).any():
+        raise ValueError(f"cut lengths must lie in [1, row length]; got {list(cut)} for rows of lengths "
+                         f"{have.tolist()}")
+    state = ensure_capacity(state, int(max(w + len(t) for w, t in zip(wanted, new_tokens))))
+    index, mesh = _sub_batch(rows, state.batch_size), mesh_of(state)
+    longest = max(max(len(t) for t in new_tokens), 1)
+    width = chunk_bucket(longest, max_chunk)
+    lengths = np.ones(len(index), np.int32)
+    lengths[: len(rows)] = wanted
+    recut = np.zeros(len(index), bool)
+    recut[: len(rows)] = wanted < have
+    for begin in range(0, longest, width):
+        chunk = np.zeros((len(index), width), np.int32)
+        mask = np.zeros((len(index), width), bool)
+        for i, toks in enumerate(new_tokens):
+            piece = toks[begin:begin + width]
+            chunk[i, : len(piece)] = piece
+            mask[i, : len(piece)] = True
+        state = _append_rows(config, mesh, params, state,
+                             *(put_replicated(x, mesh) for x in (index, lengths, recut, chunk, mask)))
+        recut[:] = False  # cut once, before the first chunk
+    return state
+
+
 def generate(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
              seed: int, row_ids: Sequence[int] | None = None) -> tuple[Generation, SamplerState]:
     """Prefill + decode for a batch of prompts of different lengths."""
     row_ids = list(range(len(prompts))) if row_ids is None else list(row_ids)
     state = start(config, params, prompts, reserve=sampling.max_new_tokens)
     return decode(config, params, state, sampling, seed=seed, row_ids=row_ids)
+
+
+def fork_rows(config: ModelConfig, params: Params, prefixes: SamplerState, plan: ForkPlan,
+              fork_lengths: Sequence[int] | None = None) -> SamplerState:
+    """The state whose row plan.rows[i] is a copy of the i-th child's parent row (`prefixes` left intact),
+    cut back to fork_lengths[i] tokens when given: ready to decode the children's first turn."""
+    branches = gather_rows(prefixes, plan.source)
+    if fork_lengths is None:
+        return branches
+    have = _host_lengths(branches)
+    wanted = np.asarray(fork_lengths, np.int64)
+    if (wanted < 1).any() or (wanted > have[plan.rows]).any():
+        raise ValueError(f"fork_lengths must lie in [1, parent length]; got {list(fork_lengths)} "
+                         f"for parents of lengths {have[plan.rows].tolist()}")
+    cut = np.maximum(have, 1)  # rows without a branch keep their length (an empty one gets a scratch token)
+    cut[plan.rows] = wanted
+    mesh = mesh_of(branches)
+    return _rewind(config, mesh, params, branches, put_rows(cut.astype(np.int32), mesh))
 
 
 def tree_expand(config: ModelConfig, params: Params, prefixes: SamplerState | Sequence[Sequence[int]],
@@ -267,17 +419,7 @@ def tree_expand(config: ModelConfig, params: Params, prefixes: SamplerState | Se
     if not isinstance(prefixes, SamplerState):
         prefixes = start(config, params, prefixes, reserve=sampling.max_new_tokens)
     plan = plan or plan_fork(parent_index, prefixes.batch_size, mesh_of(prefixes))
-    branches = gather_rows(prefixes, plan.source)
-    if fork_lengths is not None:
-        have = _host_lengths(branches)
-        wanted = np.asarray(fork_lengths, np.int64)
-        if (wanted < 1).any() or (wanted > have[plan.rows]).any():
-            raise ValueError(f"fork_lengths must lie in [1, parent length]; got {list(fork_lengths)} "
-                             f"for parents of lengths {have[plan.rows].tolist()}")
-        cut = np.maximum(have, 1)  # rows without a branch keep their length (an empty one gets a scratch token)
-        cut[plan.rows] = wanted
-        mesh = mesh_of(branches)
-        branches = _rewind(config, mesh, params, branches, put_rows(cut.astype(np.int32), mesh))
+    branches = fork_rows(config, params, prefixes, plan, fork_lengths)
     ids = np.zeros(len(plan.source), np.int64)
     ids[plan.rows] = row_ids
     gen, state = decode(config, params, branches, sampling, seed=seed, row_ids=ids.tolist(), active=plan.active)

@@ -1,0 +1,209 @@
+"""Benchmark: continuous batching vs the turn-synchronous agent loop on a workload of mixed turn lengths.
+
+  python experiments/bench_continuous.py             # ~10 min on a 2-core CPU
+  python experiments/bench_continuous.py --quick     # 1 pair, fewer episodes: a smoke run
+
+The workload: `--episodes` episodes of 1..6 turns (seeded), each turn decoded until a stop token (a random
+`small` model's chance of drawing one of the stop ids is ~1/`--mean_turn` per token) or
+`--max_new_tokens`, so turns range from a few tokens to the cap; each observation is 24 tokens. Both modes
+hold `--slots` rows in the KV cache at once (equal memory): the turn-synchronous loop rolls the episodes
+out in waves of `--slots` (each turn of a wave decodes until its longest turn stops), continuous batching
+keeps `--slots` rows busy, refilling a slot as soon as its episode ends, `--chunk` decode steps per call.
+Both draw the same tokens (same per-row random numbers); the benchmark checks it.
+
+Reported side by side, in one process, timed in alternating pairs (median [min, max] of `--repeats` pairs):
+slot utilisation (sampled tokens / row-steps computed), rollout tokens/s of each mode and their ratio, and
+the host overhead share: the part of a rollout's wall time spent outside the sampler's device calls (each
+call timed until its result is ready, so asynchronous dispatch is given up while measuring).
+The last line printed is one JSON object with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+from trace_jax.envs.protocol import Env, Episode, StepResult, Task
+from trace_jax.envs.render import ReactRenderer
+from trace_jax.models import init_params, num_params
+from trace_jax.models.presets import get_preset
+from trace_jax.models.tokenizer import build_tokenizer, load_tokenizer
+from trace_jax.rollout import continuous, agent_loop
+from trace_jax.rollout.agent_loop import Policy, RolloutEngine
+from trace_jax.rollout.continuous import Batching
+from trace_jax.sampling import SamplingParams
+
+OBSERVATION = "the tool answered with a short record of twelve words about the item you asked for"
+
+
+class ScriptedEpisode(Episode):
+    """Ignores what the model wrote: the episode ends after its task's number of turns."""
+
+    def step(self, text: str, num_tokens: int = 0) -> StepResult:
+        self.turns += 1
+        self.tokens += int(num_tokens)
+        if self.turns >= self.task.data["turns"]:
+            return self._end(text, float(self.task.data["turns"] % 2), {})
+        self.history.append((text, OBSERVATION))
+        return StepResult(observation=OBSERVATION, done=False, info={})
+
+
+class ScriptedEnv(Env):
+    name = "scripted"
+
+    def system_prompt(self, task: Task) -> str:
+        return "Answer the question in several steps."
+
+    def run_tool(self, task, action, episode) -> str:
+        return OBSERVATION
+
+    def score(self, task, answer, episode):
+        return 0.0, {}
+
+    def start(self, task: Task) -> Episode:
+        return ScriptedEpisode(env=self, task=task)
+
+
+def workload(episodes: int, seed: int = 0) -> list[Task]:
+    rng = np.random.RandomState(seed)
+    return [Task(id=f"scripted/{i}", question=f"question number {i} " * int(rng.randint(2, 6)), answers=("x",),
+                 data={"turns": int(rng.randint(1, 7))}) for i in range(episodes)]
+
+
+@dataclasses.dataclass
+class Rollout:
+    seconds: float
+    tokens: int
+    utilisation: float
+    device_s: float
+    leaves: list  # per episode: the turns' tokens (for the equality check)
+
+
+class DeviceTimer:
+    """Times the sampler's device calls used by the agent loops, each until its result is ready."""
+
+    CALLS = ((agent_loop, ("start", "decode", "extend", "truncate", "tree_expand")),
+             (continuous, ("decode", "extend_rows", "place_rows", "fork_rows", "copy_rows")))
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    @contextlib.contextmanager
+    def active(self):
+        saved = []
+        for module, names in self.CALLS:
+            for name in names:
+                fn = getattr(module, name)
+                saved.append((module, name, fn))
+                setattr(module, name, self._timed(fn))
+        try:
+            yield self
+        finally:
+            for module, name, fn in saved:
+                setattr(module, name, fn)
+
+    def _timed(self, fn):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(fn(*args, **kwargs))
+            self.seconds += time.perf_counter() - t0
+            return out
+        return run
+
+
+def roll_out(policy: Policy, env: Env, tasks: list[Task], slots: int, *, timer: DeviceTimer | None = None
+             ) -> Rollout:
+    """Every task rolled out once: in waves of `slots` (turn-synchronous) or through `slots` slots (continuous)."""
+    engine = RolloutEngine(policy, env, seed=0)
+    t0 = time.perf_counter()
+    with timer.active() if timer else contextlib.nullcontext():
+        trees = engine.roots(tasks)
+        waves = [range(len(tasks))] if policy.batching.chunk else \
+            [range(b, min(b + slots, len(tasks))) for b in range(0, len(tasks), slots)]
+        for wave in waves:
+            engine.expand(trees, [(i, 0, 1) for i in wave])
+    seconds = time.perf_counter() - t0
+    leaves = [[tuple(n.tokens) for n in t.path(t.leaves()[0].id)[1:]] for t in trees]
+    return Rollout(seconds=seconds, tokens=engine.ledger.tokens_generated,
+                   utilisation=engine.decode_tokens / max(engine.decode_slot_steps, 1),
+                   device_s=timer.seconds if timer else 0.0, leaves=leaves)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5, help="alternating pairs (>= 1; quote >= 5)")
+    parser.add_argument("--quick", action="store_true", help="1 pair, 24 episodes")
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--slots", type=int, default=16)
+    parser.add_argument("--chunk", type=int, default=16)
+    parser.add_argument("--max_new_tokens", type=int, default=256)
+    parser.add_argument("--mean_turn", type=int, default=48, help="1 / per-token chance of a stop id")
+    args = parser.parse_args()
+    for name in ("repeats", "episodes", "slots", "chunk", "max_new_tokens", "mean_turn"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.chunk > args.max_new_tokens:
+        parser.error(f"--chunk={args.chunk} exceeds --max_new_tokens={args.max_new_tokens}")
+    repeats, episodes = (1, 24) if args.quick else (args.repeats, args.episodes)
+
+    config = get_preset(args.preset)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = load_tokenizer(build_tokenizer(tmp))
+    renderer = ReactRenderer(tokenizer)
+    stops = tuple(range(300, 300 + max(1, config.vocab_size // args.mean_turn)))
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, stop_ids=stops)
+    base = Policy(config, init_params(config, 0), sampling, renderer)
+    synchronous = base
+    streaming = dataclasses.replace(base, batching=Batching(chunk=args.chunk, slots=args.slots))
+    env, tasks = ScriptedEnv(), workload(episodes)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
+          f"{jax.devices()[0].platform}; model {args.preset} ({num_params(config) / 1e6:.2f}M params); "
+          f"{episodes} episodes of 1-6 turns, turns <= {args.max_new_tokens} tokens, {args.slots} slots, "
+          f"chunk {args.chunk}; {repeats} alternating pairs", flush=True)
+
+    warm_sync, warm_cont = roll_out(synchronous, env, tasks, args.slots), roll_out(streaming, env, tasks, args.slots)
+    same = warm_sync.leaves == warm_cont.leaves
+    lengths = [len(turn) for episode in warm_sync.leaves for turn in episode]
+    print(f"  turns: {len(lengths)}, tokens per turn median {int(np.median(lengths))} [min {min(lengths)}, "
+          f"max {max(lengths)}]; both modes sampled the same tokens: {same}", flush=True)
+    pairs = []
+    for r in range(repeats):
+        pair = roll_out(synchronous, env, tasks, args.slots), roll_out(streaming, env, tasks, args.slots)
+        pairs.append(pair)
+        print(f"  pair {r + 1}: turn-synchronous {pair[0].tokens / pair[0].seconds:7.1f} tok/s, continuous "
+              f"{pair[1].tokens / pair[1].seconds:7.1f} tok/s", flush=True)
+    ratios = [s.seconds / c.seconds for s, c in pairs]
+    timer_sync, timer_cont = DeviceTimer(), DeviceTimer()
+    host_sync = roll_out(synchronous, env, tasks, args.slots, timer=timer_sync)
+    host_cont = roll_out(streaming, env, tasks, args.slots, timer=timer_cont)
+    share = {name: 1 - r.device_s / r.seconds for name, r in (("turn_sync", host_sync), ("continuous", host_cont))}
+    summary = {
+        "pairs": repeats,
+        "same_tokens": same,
+        "slot_utilisation": {"turn_sync": round(warm_sync.utilisation, 3),
+                             "continuous": round(warm_cont.utilisation, 3)},
+        "tokens_per_s": {"turn_sync": round(float(np.median([s.tokens / s.seconds for s, _ in pairs])), 1),
+                         "continuous": round(float(np.median([c.tokens / c.seconds for _, c in pairs])), 1)},
+        "continuous_vs_turn_sync": {"median": round(float(np.median(ratios)), 3),
+                                    "range": [round(min(ratios), 3), round(max(ratios), 3)]},
+        "host_overhead_share": {k: round(v, 3) for k, v in share.items()},
+    }
+    print(f"slot utilisation: turn-synchronous {warm_sync.utilisation:.3f}, continuous {warm_cont.utilisation:.3f}")
+    print(f"continuous / turn-synchronous tokens/s: {np.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]")
+    print(f"host overhead share (outside device calls): turn-synchronous {share['turn_sync']:.3f}, "
+          f"continuous {share['continuous']:.3f}")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Continuous batching at turn granularity: the slot table and the loop that keeps its slots busy.
+
+The turn-synchronous loop (`agent_loop.RolloutEngine.expand`) decodes every live branch's turn in one
+call that runs until the longest turn stops, so a row whose turn ended early computes padding until the
+slowest one is done, and the tools of all rows wait for it. Here the sampler state is a table of
+`slots` rows, decoded `chunk` tokens at a time:
+
+- after each chunk, the rows whose turn ended (a stop id, or max_new_tokens) leave: their turns are
+  parsed and their tools run (`RolloutEngine._step_envs`, the same code as the synchronous loop), the
+  observations are prefilled into those rows only (`extend_rows`, a sub-batch), and they rejoin the next
+  chunk while the other rows carry on from where they were;
+- a slot whose branch reached a terminal state takes the next pending branch (`place_rows`: a fork from
+  its anchor's row into the slot, cut to the anchor's boundary). Before a slot is reused, its row (the
+  finished branch's whole history, where its turn boundaries' prefixes live) is copied into the call's
+  archive state (one row per branch) and those anchors re-pointed, so stage 2 can still fork from them;
+- once no branch is pending and the live rows fit a smaller row bucket, they are gathered into one (the
+  tail of a call decodes fewer rows instead of idle ones).
+
+Row r's randomness at the t-th token of a turn is the synchronous loop's (same row id, `positions`
+carry t across chunks), so with the same numerics both loops sample the same tokens; with greedy
+sampling the trajectories are identical (tested). Slot utilisation (decoded tokens / slot-steps computed)
+is counted in both loops on the engine.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trace_jax.parallel.host import to_host
+from trace_jax.sampling import decode
+from trace_jax.sampling.engine import Generation, copy_rows, extend_rows, fork_rows, place_rows
+from trace_jax.sampling.fork import concat_states, gather_rows, merged_row, plan_fork
+from trace_jax.sampling.state import SamplerState, batch_bucket, empty_state, grow, mesh_of, rows_multiple
+
+if TYPE_CHECKING:
+    from trace_jax.rollout.agent_loop import RolloutEngine
+
+
+@dataclasses.dataclass(frozen=True)
+class Batching:
+    """How `RolloutEngine.expand` schedules decoding.
+
+    Attributes:
+      chunk: 0: turn-synchronous (every live branch decodes its whole turn in one call); > 0: continuous
+        batching, `chunk` decode steps per call (capped at max_new_tokens).
+      slots: with chunk > 0, the rows decoding at once (rounded up to a row bucket); further branches
+        wait for a slot. 0: one slot per branch of the `expand` call (no queue).
+    """
+
+    chunk: int = 0
+    slots: int = 0
+
+    def __post_init__(self):
+        if self.chunk < 0 or self.slots < 0:
+            raise ValueError(f"Batching(chunk={self.chunk}, slots={self.slots}): both must be >= 0")
+        if self.slots and not self.chunk:
+            raise ValueError(f"Batching(slots={self.slots}) needs chunk > 0 (slots are continuous batching's)")
+
+
+def _turns(pieces: list[list[Generation]], width: int) -> Generation:
+    """Finished turns, each the concatenation of its one-row pieces (one per chunk), as one Generation."""
+    n = len(pieces)
+    tokens, logprobs = np.zeros((n, width), np.int32), np.zeros((n, width), np.float32)
+    entropy = np.zeros((n, width), np.float32)
+    lengths, stopped = np.zeros(n, np.int64), np.zeros(n, bool)
+    for i, turn in enumerate(pieces):
+        at = 0
+        for piece in turn:
+            k = int(piece.lengths[0])
+            tokens[i, at:at + k], logprobs[i, at:at + k] = piece.tokens[0, :k], piece.logprobs[0, :k]
+            if piece.entropy is not None:
+                entropy[i, at:at + k] = piece.entropy[0, :k]
+            at += k
+            stopped[i] |= bool(piece.stopped[0])
+        lengths[i] = at
+    return Generation(tokens=tokens, logprobs=logprobs, entropy=entropy, lengths=lengths, stopped=stopped,
+                      hidden=np.zeros((n, 0), np.float32))
+
+
+def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list[tuple[int, int]]) -> None:
+    """Runs every branch (its anchor in `sources`) to a terminal state, appending the leaves it creates."""
+    p = engine.policy
+    config, params, sampling = p.config, p.params, p.sampling
+    limit = sampling.max_new_tokens
+    chunk = min(p.batching.chunk, limit)
+    final = engine._reserve_state()  # the slot table's own id: anchors in it point here until archived
+    used = sorted({ref.state for ref in sources})
+    merged, offsets = concat_states([engine._states[s] for s in used])
+    offset, mesh = dict(zip(used, offsets)), mesh_of(merged)
+    parents = [merged_row(offset[r.state], r.row, engine._states[r.state].batch_size, merged.batch_size, mesh)
+               for r in sources]
+    width = len(branches) if not p.batching.slots else min(len(branches), p.batching.slots)
+    plan = plan_fork(parents[:width], merged.batch_size, mesh)
+    state = fork_rows(config, params, merged, plan, [r.length for r in sources[:width]])
+    slots = state.batch_size
+    occupant = np.full(slots, -1)  # the branch each slot decodes, -1 when free
+    previous = np.full(slots, -1)  # the finished branch whose row a free slot still holds
+    occupant[plan.rows] = np.arange(width)
+    engine._placed(plan.rows, slots, mesh, cross_shard=plan.cross_shard)
+    pending = collections.deque(range(width, len(branches)))
+    position = np.zeros(slots, np.int32)  # tokens of the current turn each slot holds
+    chunks: dict[int, list[Generation]] = collections.defaultdict(list)  # slot -> this turn's pieces so far
+    anchors_in: dict[int, list[tuple[object, int]]] = collections.defaultdict(list)  # slot -> (tree, node)
+    shards = rows_multiple(mesh)
+    archive = _Archive(engine, len(branches))
+    while True:
+        free = np.flatnonzero(occupant < 0)[:len(pending)]
+        if len(free):
+            state = archive.keep(state, [int(s) for s in free if anchors_in.get(int(s))], previous, anchors_in)
+            taken = [pending.popleft() for _ in free]
+            state = place_rows(config, params, state, merged, [parents[j] for j in taken], free.tolist(),
+                               [sources[j].length for j in taken])
+            occupant[free], position[free] = taken, 0
+            crossing = sum((s * shards // slots) != (parents[j] * shards // merged.batch_size)
+                           for s, j in zip(free, taken))
+            engine._placed(free, slots, mesh, cross_shard=int(crossing))
+        busy = occupant >= 0
+        if not busy.any():
+            break
+        if not pending and batch_bucket(int(busy.sum()), shards) < slots:  # the queue is dry: fewer rows decode
+            state = archive.keep(state, [s for s in range(slots) if occupant[s] < 0 and anchors_in.get(s)],
+                                 previous, anchors_in)
+            live = np.flatnonzero(busy)
+            slots = batch_bucket(len(live), shards)
+            state = gather_rows(state, np.resize(live, slots))  # rows past the live ones: scratch copies
+            occupant, position = _moved(occupant, live, slots, -1), _moved(position, live, slots, 0)
+            previous = np.full(slots, -1)
+            chunks = collections.defaultdict(list, {new: chunks[old] for new, old in enumerate(live) if old in chunks})
+            anchors_in = collections.defaultdict(list, {new: anchors_in.pop(old) for new, old in enumerate(live)
+                                                        if old in anchors_in})
+            for new, held in anchors_in.items():
+                for tree, node_id in held:
+                    engine._repoint(tree, node_id, final, new)
+            busy = occupant >= 0
+        row_ids = np.zeros(slots, np.int64)
+        row_ids[busy] = engine._row_ids([branches[j] for j in occupant[busy]], trees)
+        gen, state = decode(config, params, state, sampling, seed=engine.seed, row_ids=row_ids.tolist(),
+                            active=busy, positions=position.tolist(), steps=chunk)
+        engine._count_decode(gen, slots)
+        for s in np.flatnonzero(busy):
+            chunks[s].append(gen.take([s]))
+        position += gen.lengths.astype(np.int32)
+        finished = [int(s) for s in np.flatnonzero(busy & (gen.stopped | (position >= limit)))]
+        if not finished:
+            continue
+        turn = _turns([chunks.pop(s) for s in finished], limit)
+        stepping = [branches[occupant[s]] for s in finished]
+        observations, boundaries, dropped = engine._step_envs(trees, stepping, turn, [True] * len(finished), leaves)
+        position[finished] = 0
+        lengths = np.asarray(to_host(state.cache.lengths))
+        rows = [finished[i] for i in boundaries]
+        state = extend_rows(config, params, state, rows, [observations[i] for i in boundaries],
+                            cut=[int(lengths[finished[i]]) - dropped.get(i, 0) for i in boundaries])
+        hidden, lengths = to_host((state.hidden, state.cache.lengths))
+        for i, node in boundaries.items():
+            slot, branch = finished[i], stepping[i]
+            engine._anchor(trees[branch.tree], node, final, slot, int(lengths[slot]), np.asarray(hidden[slot]),
+                           branch.episode)
+            anchors_in[slot].append((trees[branch.tree], node.id))
+        for i, s in enumerate(finished):
+            if i not in boundaries:
+                previous[s], occupant[s] = occupant[s], -1
+    engine._states[final] = state
+
+
+def _moved(values: np.ndarray, live: np.ndarray, slots: int, fill) -> np.ndarray:
+    out = np.full(slots, fill, values.dtype)
+    out[: len(live)] = values[live]
+    return out
+
+
+class _Archive:
+    """One state with a row per branch of the `expand` call: a finished branch's row is copied to row
+    `branch` before its slot is reused, and the anchors in it re-pointed there."""
+
+    def __init__(self, engine: RolloutEngine, branches: int):
+        self.engine, self.branches = engine, branches
+        self.sid: int | None = None
+
+    def keep(self, state: SamplerState, slots: list[int], previous, anchors_in) -> SamplerState:
+        """Copies rows `slots` (finished branches with anchors in them) here; returns `state` (maybe grown)."""
+        if not slots:
+            return state
+        engine = self.engine
+        if self.sid is None:
+            mesh = mesh_of(state)
+            self.sid = engine._store(empty_state(engine.policy.config, batch_bucket(self.branches, rows_multiple(mesh)),
+                                                 state.capacity, mesh))
+        archive = engine._states[self.sid]
+        if archive.capacity < state.capacity:
+            archive = grow(archive, state.capacity)
+        elif state.capacity < archive.capacity:
+            state = grow(state, archive.capacity)
+        rows = [int(previous[s]) for s in slots]
+        engine._states[self.sid] = copy_rows(archive, state, slots, rows)
+        for slot, row in zip(slots, rows):
+            for tree, node_id in anchors_in.pop(slot):
+                engine._repoint(tree, node_id, self.sid, row)
+        return state
