@@ -6,7 +6,13 @@
 a. tree expansion (prefill the prefix once, fork by gather) vs re-prefilling every branch;
 b. multi-turn rollouts: cache kept (`extend`) vs re-prefilling the history every turn;
 c. our `generate` vs `transformers` `generate` (PyTorch) on the same weights;
-d. the machine's matmul peak and our decode's achieved FLOP/s as a fraction of it.
+d. our greedy `generate` and k=8 tree expansion vs Tunix's sampler (`google-tunix`, which has no fork: it
+   re-prefills the prefix per branch) on the same weights, Tunix served from its own virtualenv by
+   `experiments/peers/tunix_sampler.py` (`--tunix_python`; without it, or when it fails, the peer is marked
+   unavailable with the reason and everything else still runs);
+e. distance to the machine's limits: memory bandwidth (a large array copy) and f32 matmul peak, decode's
+   achieved bytes/s (params + KV cache read per step) and FLOP/s as fractions of them at batch 1, 8 and 64
+   (the larger fraction says which bound applies), prefill's FLOP/s as a fraction of peak.
 Every ratio is measured in pairs: the two variants alternate (A, B, A, B, ...) `--repeats` times (>= 5 for
 a figure worth quoting) after one warm-up each, and the ratio is the median of the per-pair ratios with
 their min and max, so a slow spell of a shared machine lands in one pair instead of one side.
@@ -21,6 +27,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import tempfile
 import time
 
@@ -29,7 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from trace_jax.models import hf_io, init_params, num_params
-from trace_jax.models.presets import get_preset
+from trace_jax.models.config import RopeConfig
+from trace_jax.models.presets import PRESETS, get_preset
 from trace_jax.sampling import SamplingParams, decode, extend, generate, start, tree_expand
 
 
@@ -65,6 +73,15 @@ def paired(fast, slow, repeats: int) -> Paired:
     """Times `fast` and `slow` alternately `repeats` times each (after one warm-up of each)."""
     fast(), slow()
     pairs = [(_timed(fast), _timed(slow)) for _ in range(repeats)]
+    ratios = [s / f for f, s in pairs]
+    return Paired(fast_s=statistics.median(f for f, _ in pairs), slow_s=statistics.median(s for _, s in pairs),
+                  ratio=statistics.median(ratios), low=min(ratios), high=max(ratios))
+
+
+def paired_seconds(fast, slow, repeats: int) -> Paired:
+    """`paired` for variants that report their own seconds (a peer in another process times its call)."""
+    fast(), slow()
+    pairs = [(fast(), slow()) for _ in range(repeats)]
     ratios = [s / f for f, s in pairs]
     return Paired(fast_s=statistics.median(f for f, _ in pairs), slow_s=statistics.median(s for _, s in pairs),
                   ratio=statistics.median(ratios), low=min(ratios), high=max(ratios))
@@ -150,11 +167,86 @@ def bench_vs_transformers(name, config, params, repeats, batch=64, prompt_len=32
     return p
 
 
+class TunixPeer:
+    """Tunix's sampler in its own virtualenv (`peers/tunix_sampler.py`), one request per line."""
+
+    def __init__(self, python: str, model_dir: str):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "tunix_sampler.py")
+        self.process = subprocess.Popen([python, script, "--model_dir", model_dir], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        hello = self.process.stdout.readline()
+        if not hello:
+            raise RuntimeError(f"the Tunix peer exited: {self.process.stderr.read()[-2000:].strip()}")
+        self.version = json.loads(hello)["tunix"]
+
+    def generate(self, batch_prompts, new_tokens: int) -> dict:
+        self.process.stdin.write(json.dumps({"prompts": batch_prompts, "new_tokens": new_tokens}) + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the Tunix peer exited: {self.process.stderr.read()[-2000:].strip()}")
+        return json.loads(answer)
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def start_tunix(python: str, config, params, tmp: str) -> tuple[TunixPeer | None, str]:
+    """The peer, or None and the reason it is unavailable."""
+    if not python:
+        return None, "no --tunix_python given (google-tunix needs its own virtualenv; see peers/tunix_sampler.py)"
+    if not os.path.exists(python):
+        return None, f"--tunix_python {python!r} does not exist"
+    model_dir = os.path.join(tmp, "tunix_model")
+    hf_io.save(model_dir, config, params)
+    try:
+        return TunixPeer(python, model_dir), ""
+    except Exception as e:  # the peer failed to start: reported, the benchmark goes on
+        return None, f"{type(e).__name__}: {e}"
+
+
+def bench_vs_tunix(config, params, repeats, peer: TunixPeer, batch=64, prompt_len=32, new_tokens=64, k=8,
+                   prefix_len=512):
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=new_tokens)
+    batch_prompts = prompts(batch, prompt_len, config.vocab_size, seed=2)
+    prefix = prompts(1, prefix_len, config.vocab_size, seed=4)
+    mine = generate(config, params, batch_prompts, greedy, seed=0)[0]
+    theirs = peer.generate(batch_prompts, new_tokens)["tokens"]
+    match = float(np.mean([mine.row(i) == theirs[i] for i in range(batch)]))
+
+    def ours_generate():
+        return _timed(lambda: generate(config, params, batch_prompts, greedy, seed=0)[0])
+
+    def ours_tree():
+        return _timed(lambda: tree_expand(config, params, prefix, [0] * k, greedy, seed=0, row_ids=range(k))[0])
+
+    gen = paired_seconds(ours_generate, lambda: peer.generate(batch_prompts, new_tokens)["seconds"], repeats)
+    tree = paired_seconds(ours_tree, lambda: peer.generate(prefix * k, new_tokens)["seconds"], repeats)
+    print(f"  Tunix {peer.version}: greedy tokens equal on {match:.0%} of rows", flush=True)
+    print(f"  generate, batch {batch}, {prompt_len}-token prompts, {new_tokens} new: ours "
+          f"{batch * new_tokens / gen.fast_s:8.1f} tok/s   Tunix {batch * new_tokens / gen.slow_s:8.1f} tok/s   "
+          f"ratio {gen.text()}", flush=True)
+    print(f"  k={k} branches of a {prefix_len}-token prefix, {new_tokens} new: ours (fork) "
+          f"{k * new_tokens / tree.fast_s:8.1f} tok/s   Tunix (re-prefill) {k * new_tokens / tree.slow_s:8.1f} tok/s"
+          f"   ratio {tree.text()}", flush=True)
+    return {"generate": gen.json(), f"tree_k{k}": tree.json(), "greedy_tokens_equal": match,
+            "tunix": peer.version}
+
+
 def matmul_peak(repeats: int, n: int = 2048) -> float:
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     mm = jax.jit(lambda x: x @ x)
     t = median_time(lambda: mm(a).block_until_ready(), repeats)
     return 2 * n ** 3 / t
+
+
+def memory_bandwidth(repeats: int, megabytes: int = 512) -> float:
+    """Bytes/s of a jitted copy of a large f32 array (each byte read once and written once)."""
+    x = jnp.ones((megabytes * 2 ** 20 // 4,), jnp.float32)
+    copy = jax.jit(lambda v: v * 1.0001)
+    t = median_time(lambda: copy(x).block_until_ready(), repeats)
+    return 2 * x.nbytes / t
 
 
 def decode_flops_per_token(config, context: float) -> float:
@@ -167,26 +259,44 @@ def decode_flops_per_token(config, context: float) -> float:
     return 2 * (weights + attention)
 
 
-def bench_decode_fraction(config, params, peak, repeats, batch=64, prompt_len=32, new_tokens=64):
+def decode_bytes_per_step(config, batch: int, capacity: int) -> float:
+    """Bytes one decode step must read: every parameter once, and each row's whole KV cache (the attention
+    reads all `capacity` slots; masked ones too)."""
+    kv = 2 * config.num_layers * config.num_kv_heads * config.head_dim * capacity * 4
+    return num_params(config) * 4 + batch * kv
+
+
+def bench_limits(config, params, repeats, batches=(1, 8, 64), prompt_len=32, new_tokens=64):
+    peak, bandwidth = matmul_peak(repeats), memory_bandwidth(repeats)
+    print(f"  machine: f32 matmul peak {peak / 1e9:.1f} GFLOP/s, memory bandwidth {bandwidth / 1e9:.1f} GB/s",
+          flush=True)
     sampling = SamplingParams(max_new_tokens=new_tokens)
-    batch_prompts = prompts(batch, prompt_len, config.vocab_size, seed=3)
-    state_holder = {}
+    rows = {}
+    for batch in batches:
+        batch_prompts = prompts(batch, prompt_len, config.vocab_size, seed=3)
 
-    def prefill_only():
-        state_holder["s"] = start(config, params, batch_prompts, reserve=new_tokens)
-        jax.block_until_ready(state_holder["s"].logits)
+        def prefill_only():
+            return start(config, params, batch_prompts, reserve=new_tokens).logits
 
-    def full():
-        gen, _ = generate(config, params, batch_prompts, sampling, seed=0)
-        return gen
+        def full():
+            return generate(config, params, batch_prompts, sampling, seed=0)[0].tokens
 
-    t_full, t_prefill = median_time(full, repeats), median_time(prefill_only, repeats)
-    t_decode = max(t_full - t_prefill, 1e-9)
-    flops = batch * new_tokens * decode_flops_per_token(config, prompt_len + new_tokens / 2)
-    achieved = flops / t_decode
-    print(f"  matmul peak {peak / 1e9:.1f} GFLOP/s; decode (batch {batch}) {achieved / 1e9:.2f} GFLOP/s "
-          f"= {achieved / peak:.3f} of peak", flush=True)
-    return dict(peak_gflops=peak / 1e9, decode_gflops=achieved / 1e9, fraction=achieved / peak)
+        t_full, t_prefill = median_time(full, repeats), median_time(prefill_only, repeats)
+        t_decode = max(t_full - t_prefill, 1e-9)
+        capacity = start(config, params, batch_prompts[:1], reserve=new_tokens).capacity
+        flops = batch * new_tokens * decode_flops_per_token(config, prompt_len + new_tokens / 2)
+        moved = new_tokens * decode_bytes_per_step(config, batch, capacity)
+        prefill_flops = batch * prompt_len * decode_flops_per_token(config, prompt_len / 2)
+        rows[batch] = row = {"decode_flop_fraction": flops / t_decode / peak,
+                             "decode_bandwidth_fraction": moved / t_decode / bandwidth,
+                             "prefill_flop_fraction": prefill_flops / t_prefill / peak}
+        bound = "memory" if row["decode_bandwidth_fraction"] > row["decode_flop_fraction"] else "compute"
+        print(f"  batch {batch:3d}: decode {flops / t_decode / 1e9:7.2f} GFLOP/s = {row['decode_flop_fraction']:.3f} "
+              f"of peak, {moved / t_decode / 1e9:6.2f} GB/s = {row['decode_bandwidth_fraction']:.3f} of bandwidth "
+              f"(nearer the {bound} bound); prefill {prefill_flops / t_prefill / 1e9:7.2f} GFLOP/s = "
+              f"{row['prefill_flop_fraction']:.3f} of peak", flush=True)
+    return {"peak_gflops": round(peak / 1e9, 1), "bandwidth_gbs": round(bandwidth / 1e9, 1),
+            "by_batch": {str(b): {k: round(v, 4) for k, v in r.items()} for b, r in rows.items()}}
 
 
 def main():
@@ -194,9 +304,13 @@ def main():
     parser.add_argument("--repeats", type=int, default=5, help="alternating pairs per ratio (>= 1; quote >= 5)")
     parser.add_argument("--quick", action="store_true", help="1 pair, k in {2, 8}, shorter prefix")
     parser.add_argument("--preset", default="small")
+    parser.add_argument("--tunix_python", default=os.environ.get("TRACE_JAX_TUNIX_PYTHON", ""),
+                        help="python of a virtualenv with google-tunix (peers/tunix_sampler.py)")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.preset not in PRESETS:
+        parser.error(f"--preset {args.preset!r} is not one of {sorted(PRESETS)}")
     repeats = 1 if args.quick else args.repeats
     config = get_preset(args.preset)
     params = init_params(config, 0)
@@ -214,8 +328,23 @@ def main():
     versus = {args.preset: bench_vs_transformers(args.preset, config, params, repeats)}
     tiny_qwen3 = get_preset("tiny")
     versus["tiny-qwen3"] = bench_vs_transformers("tiny-qwen3", tiny_qwen3, init_params(tiny_qwen3, 1), repeats)
-    print("d. decode FLOP/s against the measured matmul peak")
-    fraction = bench_decode_fraction(config, params, matmul_peak(repeats), repeats)
+    print("d. greedy generate and k=8 tree expansion vs Tunix's sampler")
+    # Tunix 0.1.7's Qwen3 applies RoPE with theta 1e6 whatever its config says: the comparison uses that
+    # theta (Qwen3's own) so both compute the same model (the greedy tokens are compared).
+    qwen3_rope = dataclasses.replace(config, rope=RopeConfig(theta=1_000_000.0))
+    with tempfile.TemporaryDirectory() as tmp:
+        peer, reason = start_tunix(args.tunix_python, qwen3_rope, params, tmp)
+        try:
+            vs_tunix = bench_vs_tunix(qwen3_rope, params, repeats, peer) if peer else {"unavailable": reason}
+        except Exception as e:  # the peer failed mid-run: reported, the benchmark goes on
+            vs_tunix = {"unavailable": f"{type(e).__name__}: {e}"}
+        finally:
+            if peer:
+                peer.close()
+    if "unavailable" in vs_tunix:
+        print(f"  Tunix unavailable: {vs_tunix['unavailable']}", flush=True)
+    print("e. distance to the limits: decode and prefill against the measured bandwidth and matmul peak")
+    limits = bench_limits(config, params, repeats)
 
     print(json.dumps({
         "pairs": repeats,
@@ -223,9 +352,9 @@ def main():
         "multiturn_cache_vs_reprefill": multiturn.json(),
         "generate_vs_transformers": versus[args.preset].json(),
         "generate_vs_transformers_tiny_qwen3": versus["tiny-qwen3"].json(),
-        "decode_fraction_of_peak": round(fraction["fraction"], 4),
-        "decode_gflops": round(fraction["decode_gflops"], 2),
-        "peak_gflops": round(fraction["peak_gflops"], 1),
+        "vs_tunix": vs_tunix,
+        "decode_bandwidth_fraction": limits["by_batch"]["64"]["decode_bandwidth_fraction"],
+        "limits": limits,
     }))
 
 

@@ -1,0 +1,46 @@
+"""The benchmarks' bad input: flags out of range are refused before compute, and a peer that cannot run is
+reported as unavailable with its reason (the benchmark still prints its JSON)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.join(os.path.dirname(__file__), "..")
+
+
+def _module(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "experiments", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script,flags,message", [
+    ("bench_continuous.py", ["--chunk", "0"], "--chunk must be >= 1, got 0"),
+    ("bench_continuous.py", ["--chunk", "300"], "--chunk=300 exceeds --max_new_tokens=256"),
+    ("bench_sampler.py", ["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    ("bench_sampler.py", ["--preset", "huge"], "--preset 'huge' is not one of"),
+])
+def test_out_of_range_flags_are_refused_before_compute(script, flags, message):
+    out = subprocess.run([sys.executable, os.path.join(REPO, "experiments", script), *flags], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and message in out.stderr
+
+
+def test_a_tunix_peer_that_cannot_run_is_reported_with_its_reason(tmp_path):
+    from trace_jax.models import init_params
+    from trace_jax.models.presets import get_preset
+
+    bench = _module("bench_sampler")
+    config = get_preset("tiny")
+    params = init_params(config, 0)
+    peer, reason = bench.start_tunix("", config, params, str(tmp_path))
+    assert peer is None and "--tunix_python" in reason
+    peer, reason = bench.start_tunix(str(tmp_path / "nope" / "python"), config, params, str(tmp_path))
+    assert peer is None and "does not exist" in reason
+    peer, reason = bench.start_tunix(sys.executable, config, params, str(tmp_path))  # this env has no tunix
+    assert peer is None and "the Tunix peer exited" in reason and "tunix" in reason
