@@ -1,6 +1,6 @@
 """Benchmark of the rollout engine, every ratio measured side by side in one run on one machine.
 
-  python experiments/bench_sampler.py              # ~15 min on a 2-core CPU
+  python experiments/bench_sampler.py              # ~25 min on a 2-core CPU (--sections to pick)
   python experiments/bench_sampler.py --quick      # 1 pair, for a smoke run
 
 a. tree expansion (prefill the prefix once, fork by gather) vs re-prefilling every branch;
@@ -10,9 +10,12 @@ d. our greedy `generate` and k=8 tree expansion vs Tunix's sampler (`google-tuni
    re-prefills the prefix per branch) on the same weights, Tunix served from its own virtualenv by
    `experiments/peers/tunix_sampler.py` (`--tunix_python`; without it, or when it fails, the peer is marked
    unavailable with the reason and everything else still runs);
-e. distance to the machine's limits: memory bandwidth (a large array copy) and f32 matmul peak, decode's
+e. distance to the machine's limits: memory read bandwidth (a sum over 1 GiB) and f32 matmul peak, decode's
    achieved bytes/s (params + KV cache read per step) and FLOP/s as fractions of them at batch 1, 8 and 64
-   (the larger fraction says which bound applies), prefill's FLOP/s as a fraction of peak.
+   (the larger fraction says which bound applies), prefill's FLOP/s as a fraction of peak. A model whose
+   params fit the last-level cache (`small`: 13.6 MB) is read from cache, not memory, so its bandwidth
+   fraction can exceed 1: use `--preset` with a larger model for a memory-bound reading.
+`--sections` picks some of a-e (e.g. `--sections e`); the JSON line then holds those.
 Every ratio is measured in pairs: the two variants alternate (A, B, A, B, ...) `--repeats` times (>= 5 for
 a figure worth quoting) after one warm-up each, and the ratio is the median of the per-pair ratios with
 their min and max, so a slow spell of a shared machine lands in one pair instead of one side.
@@ -241,12 +244,13 @@ def matmul_peak(repeats: int, n: int = 2048) -> float:
     return 2 * n ** 3 / t
 
 
-def memory_bandwidth(repeats: int, megabytes: int = 512) -> float:
-    """Bytes/s of a jitted copy of a large f32 array (each byte read once and written once)."""
+def memory_bandwidth(repeats: int, megabytes: int = 1024) -> float:
+    """Read bandwidth: bytes/s of a jitted sum over a large f32 array (far beyond the caches). Decoding reads
+    (params, KV cache); a copy would also time the page faults of a fresh output buffer."""
     x = jnp.ones((megabytes * 2 ** 20 // 4,), jnp.float32)
-    copy = jax.jit(lambda v: v * 1.0001)
-    t = median_time(lambda: copy(x).block_until_ready(), repeats)
-    return 2 * x.nbytes / t
+    total = jax.jit(jnp.sum)
+    t = median_time(lambda: total(x).block_until_ready(), repeats)
+    return x.nbytes / t
 
 
 def decode_flops_per_token(config, context: float) -> float:
@@ -262,8 +266,8 @@ def decode_flops_per_token(config, context: float) -> float:
 def decode_bytes_per_step(config, batch: int, capacity: int) -> float:
     """Bytes one decode step must read: every parameter once, and each row's whole KV cache (the attention
     reads all `capacity` slots; masked ones too)."""
-    kv = 2 * config.num_layers * config.num_kv_heads * config.head_dim * capacity * 4
-    return num_params(config) * 4 + batch * kv
+    kv = 2 * config.num_layers * config.num_kv_heads * config.head_dim * capacity * config.jnp_dtype.itemsize
+    return num_params(config) * config.jnp_param_dtype.itemsize + batch * kv
 
 
 def bench_limits(config, params, repeats, batches=(1, 8, 64), prompt_len=32, new_tokens=64):
@@ -304,6 +308,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5, help="alternating pairs per ratio (>= 1; quote >= 5)")
     parser.add_argument("--quick", action="store_true", help="1 pair, k in {2, 8}, shorter prefix")
     parser.add_argument("--preset", default="small")
+    parser.add_argument("--sections", default="abcde", help="which of the sections a-e to run")
     parser.add_argument("--tunix_python", default=os.environ.get("TRACE_JAX_TUNIX_PYTHON", ""),
                         help="python of a virtualenv with google-tunix (peers/tunix_sampler.py)")
     args = parser.parse_args()
@@ -311,6 +316,8 @@ def main():
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.preset not in PRESETS:
         parser.error(f"--preset {args.preset!r} is not one of {sorted(PRESETS)}")
+    if not args.sections or set(args.sections) - set("abcde"):
+        parser.error(f"--sections {args.sections!r}: letters among a, b, c, d, e")
     repeats = 1 if args.quick else args.repeats
     config = get_preset(args.preset)
     params = init_params(config, 0)
@@ -319,43 +326,48 @@ def main():
           f"({num_params(config) / 1e6:.2f}M params); ratios: median [min, max] of {repeats} alternating pairs",
           flush=True)
 
-    print("a. tree expansion vs re-prefilling each branch (prefix 512, 64 new tokens)")
-    ks = (2, 8) if args.quick else (2, 4, 8, 16)
-    tree = bench_tree(config, params, repeats, ks, prefix_len=128 if args.quick else 512)
-    print("b. multi-turn: cache kept vs re-prefilled history")
-    multiturn = bench_multiturn(config, params, repeats)
-    print("c. generate vs transformers.generate (batch 64, 32-token prompts, 64 new tokens)")
-    versus = {args.preset: bench_vs_transformers(args.preset, config, params, repeats)}
-    tiny_qwen3 = get_preset("tiny")
-    versus["tiny-qwen3"] = bench_vs_transformers("tiny-qwen3", tiny_qwen3, init_params(tiny_qwen3, 1), repeats)
-    print("d. greedy generate and k=8 tree expansion vs Tunix's sampler")
+    summary = {"pairs": repeats}
+    if "a" in args.sections:
+        print("a. tree expansion vs re-prefilling each branch (prefix 512, 64 new tokens)")
+        ks = (2, 8) if args.quick else (2, 4, 8, 16)
+        tree = bench_tree(config, params, repeats, ks, prefix_len=128 if args.quick else 512)
+        summary["tree_vs_reprefill"] = {str(k): v.json() for k, v in tree.items()}
+    if "b" in args.sections:
+        print("b. multi-turn: cache kept vs re-prefilled history")
+        summary["multiturn_cache_vs_reprefill"] = bench_multiturn(config, params, repeats).json()
+    if "c" in args.sections:
+        print("c. generate vs transformers.generate (batch 64, 32-token prompts, 64 new tokens)")
+        summary["generate_vs_transformers"] = bench_vs_transformers(args.preset, config, params, repeats).json()
+        tiny_qwen3 = get_preset("tiny")
+        summary["generate_vs_transformers_tiny_qwen3"] = bench_vs_transformers(
+            "tiny-qwen3", tiny_qwen3, init_params(tiny_qwen3, 1), repeats).json()
+    if "d" in args.sections:
+        print("d. greedy generate and k=8 tree expansion vs Tunix's sampler")
+        summary["vs_tunix"] = vs_tunix(args.tunix_python, config, params, repeats)
+    if "e" in args.sections:
+        print("e. distance to the limits: decode and prefill against the measured bandwidth and matmul peak")
+        limits = bench_limits(config, params, repeats)
+        summary["decode_bandwidth_fraction"] = limits["by_batch"]["64"]["decode_bandwidth_fraction"]
+        summary["limits"] = limits
+    print(json.dumps(summary))
+
+
+def vs_tunix(python: str, config, params, repeats) -> dict:
     # Tunix 0.1.7's Qwen3 applies RoPE with theta 1e6 whatever its config says: the comparison uses that
     # theta (Qwen3's own) so both compute the same model (the greedy tokens are compared).
     qwen3_rope = dataclasses.replace(config, rope=RopeConfig(theta=1_000_000.0))
     with tempfile.TemporaryDirectory() as tmp:
-        peer, reason = start_tunix(args.tunix_python, qwen3_rope, params, tmp)
+        peer, reason = start_tunix(python, qwen3_rope, params, tmp)
         try:
-            vs_tunix = bench_vs_tunix(qwen3_rope, params, repeats, peer) if peer else {"unavailable": reason}
+            result = bench_vs_tunix(qwen3_rope, params, repeats, peer) if peer else {"unavailable": reason}
         except Exception as e:  # the peer failed mid-run: reported, the benchmark goes on
-            vs_tunix = {"unavailable": f"{type(e).__name__}: {e}"}
+            result = {"unavailable": f"{type(e).__name__}: {e}"}
         finally:
             if peer:
                 peer.close()
-    if "unavailable" in vs_tunix:
-        print(f"  Tunix unavailable: {vs_tunix['unavailable']}", flush=True)
-    print("e. distance to the limits: decode and prefill against the measured bandwidth and matmul peak")
-    limits = bench_limits(config, params, repeats)
-
-    print(json.dumps({
-        "pairs": repeats,
-        "tree_vs_reprefill": {str(k): v.json() for k, v in tree.items()},
-        "multiturn_cache_vs_reprefill": multiturn.json(),
-        "generate_vs_transformers": versus[args.preset].json(),
-        "generate_vs_transformers_tiny_qwen3": versus["tiny-qwen3"].json(),
-        "vs_tunix": vs_tunix,
-        "decode_bandwidth_fraction": limits["by_batch"]["64"]["decode_bandwidth_fraction"],
-        "limits": limits,
-    }))
+    if "unavailable" in result:
+        print(f"  Tunix unavailable: {result['unavailable']}", flush=True)
+    return result
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ def _module(name):
     ("bench_continuous.py", ["--chunk", "300"], "--chunk=300 exceeds --max_new_tokens=256"),
     ("bench_sampler.py", ["--repeats", "0"], "--repeats must be >= 1, got 0"),
     ("bench_sampler.py", ["--preset", "huge"], "--preset 'huge' is not one of"),
+    ("bench_sampler.py", ["--sections", "az"], "--sections 'az': letters among a, b, c, d, e"),
 ])
 def test_out_of_range_flags_are_refused_before_compute(script, flags, message):
     out = subprocess.run([sys.executable, os.path.join(REPO, "experiments", script), *flags], capture_output=True,

@@ -107,3 +107,36 @@ def test_unsupported_rope_type_is_named():
     hf["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 1e4}
     with pytest.raises(ValueError, match="longrope"):
         config_from_hf(hf)
+
+
+def test_the_fused_attention_path_computes_what_the_einsum_path_does(monkeypatch):
+    """GPUs in bf16 take `jax.nn.dot_product_attention` (cuDNN) for multi-token attention: forced here with its
+    XLA implementation, a padded full sequence and ragged cached chunks give the einsum path's logits
+    (layouts, GQA grouping, masks, fully-masked padding rows)."""
+    from trace_jax.models import transformer
+
+    config = get_preset("tiny")  # 4 query heads over 2 KV heads
+    params = init_params(config, 0)
+    rng = np.random.RandomState(5)
+    tokens = rng.randint(0, config.vocab_size, (3, 11))
+    positions = np.broadcast_to(np.arange(11), tokens.shape)
+    mask = np.ones((3, 11), bool)
+    mask[1, 7:] = False
+    chunk = rng.randint(0, config.vocab_size, (3, 4))
+    chunk_mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], bool)  # ragged; row 2 appends nothing
+
+    def run():
+        full = forward(config, params, tokens, positions, None, mask).logits
+        cache = init_cache(config, batch=3, max_len=32)
+        cached = forward(config, params, tokens[:, :6], positions[:, :6], cache, mask[:, :6])
+        slots = np.asarray(cached.cache.lengths)[:, None] + np.arange(4)[None]
+        step = forward(config, params, chunk, slots, cached.cache, chunk_mask)
+        return np.asarray(full), np.asarray(step.logits), np.asarray(step.hidden)
+
+    want = run()
+    assert transformer.fused_attention_implementation(np.float32) is None  # CPU: the einsum path
+    monkeypatch.setattr(transformer, "fused_attention_implementation", lambda dtype: "xla")
+    got = run()
+    np.testing.assert_allclose(got[0][mask], want[0][mask], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got[1][chunk_mask], want[1][chunk_mask], atol=1e-5, rtol=0)
+    assert np.isfinite(got[2]).all()  # padding queries with nothing to attend to stay finite

@@ -11,26 +11,32 @@ from trace_jax.rollout.continuous import Batching
 STOPS = tuple(range(40, 100))  # ~12% of the tiny vocabulary ends a turn: turns of mixed lengths
 
 
-def _policy(tiny_setup, batching: Batching, temperature: float):
+def _policy(tiny_setup, batching: Batching, temperature: float, params=None):
     policy = tiny_setup.policy
     sampling = dataclasses.replace(policy.sampling, temperature=temperature, max_new_tokens=24, stop_ids=STOPS)
-    return dataclasses.replace(policy, sampling=sampling, batching=batching)
+    return dataclasses.replace(policy, sampling=sampling, batching=batching,
+                               params=policy.params if params is None else params)
 
 
 def _paths(tree, node_id):
     return tuple(tuple(n.tokens) for n in tree.path(node_id)[1:])
 
 
-def _grow(tiny_setup, batching: Batching, temperature: float = 1.0):
+def grow(tiny_setup, batching: Batching, temperature: float = 1.0, params=None):
     """Stage 1 (3 prompts, 2-3 rollouts each), then stage 2 from every turn boundary (2 each), anchors in a
     canonical order (node ids depend on the order in which rows finished)."""
-    engine = RolloutEngine(_policy(tiny_setup, batching, temperature), tiny_setup.env, seed=11)
+    engine = RolloutEngine(_policy(tiny_setup, batching, temperature, params), tiny_setup.env, seed=11)
     trees = engine.roots(tiny_setup.source.tasks("train")[:3])
     engine.expand(trees, [(0, 0, 3), (1, 0, 2), (2, 0, 3)])
     boundaries = sorted(((i, _paths(t, n.id), n.id) for i, t in enumerate(trees) for n in t.nodes[1:]
                          if t.is_anchor(n.id)))
     engine.expand(trees, [(i, node_id, 2) for i, _, node_id in boundaries])
     return engine, trees, len(boundaries)
+
+
+def leaf_paths(trees):
+    """Per tree, every leaf's turns, reward and origin path, canonically ordered (log-probs left out)."""
+    return [[(p, r, o) for p, _, r, o in t] for t in _leaves(trees)]
 
 
 def _leaves(trees):
@@ -48,7 +54,7 @@ def _leaves(trees):
 
 @pytest.fixture(scope="module")
 def synchronous(tiny_setup):
-    return _grow(tiny_setup, Batching())
+    return grow(tiny_setup, Batching())
 
 
 def test_continuous_batching_samples_the_synchronous_loops_trajectories(tiny_setup, synchronous):
@@ -56,9 +62,9 @@ def test_continuous_batching_samples_the_synchronous_loops_trajectories(tiny_set
     4 slots for 8 (then 32) branches: slots are refilled, and stage 2 forks from archived rows."""
     engine_sync, want_trees, anchors = synchronous
     assert anchors >= 3, "the test needs turn boundaries to branch from"
-    engine, trees, _ = _grow(tiny_setup, Batching(chunk=3, slots=4))
+    engine, trees, _ = grow(tiny_setup, Batching(chunk=3, slots=4))
     got, want = _leaves(trees), _leaves(want_trees)
-    assert [[(p, r, o) for p, _, r, o in t] for t in got] == [[(p, r, o) for p, _, r, o in t] for t in want]
+    assert leaf_paths(trees) == leaf_paths(want_trees)
     for tree_got, tree_want in zip(got, want):
         for (_, lp_got, _, _), (_, lp_want, _, _) in zip(tree_got, tree_want):
             for a, b in zip(lp_got, lp_want):
@@ -78,10 +84,9 @@ def test_continuous_batching_samples_the_synchronous_loops_trajectories(tiny_set
 
 
 def test_greedy_trajectories_are_identical(tiny_setup):
-    _, want, _ = _grow(tiny_setup, Batching(), temperature=0.0)
-    _, got, _ = _grow(tiny_setup, Batching(chunk=3, slots=4), temperature=0.0)
-    assert [[(p, r, o) for p, _, r, o in t] for t in _leaves(got)] == \
-           [[(p, r, o) for p, _, r, o in t] for t in _leaves(want)]
+    _, want, _ = grow(tiny_setup, Batching(), temperature=0.0)
+    _, got, _ = grow(tiny_setup, Batching(chunk=3, slots=4), temperature=0.0)
+    assert leaf_paths(got) == leaf_paths(want)
 
 
 def test_bad_batching_is_refused():

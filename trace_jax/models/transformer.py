@@ -23,6 +23,26 @@ Params = dict[str, Any]
 _MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (not NaN) softmax
 
 
+def fused_attention_implementation(dtype) -> str | None:
+    """The `jax.nn.dot_product_attention` implementation for multi-token attention (prefill chunks and the
+    learner's full sequences), or None for our own einsum path. GPUs in bf16/fp16 get cuDNN's fused kernel;
+    CPUs (and f32) keep the einsum path, which reads the cache in its own layout with no transpose.
+    Decoding (one query per row) always takes the einsum path: it is bound by reading the cache, which the
+    multiply-reduce streams once in place, where a fused call would first transpose the whole cache."""
+    if jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
+        return "cudnn"
+    return None
+
+
+def _fused_attention(q, keys, values, mask, implementation: str):
+    """q [B, S, K, G, H]; keys, values [B, T, K, H]; mask [B, S, T] -> [B, S, K, G, H]."""
+    B, S, K, G, H = q.shape
+    out = jax.nn.dot_product_attention(q.reshape(B, S, K * G, H), keys, values, mask=mask[:, None],
+                                       scale=H ** -0.5, implementation=implementation)
+    # a query with nothing to attend to (padding) gives zeros, whatever the kernel does with it
+    return jnp.where(mask.any(-1)[:, :, None, None], out, 0).reshape(B, S, K, G, H)
+
+
 def _init(std=0.02):
     return nnx.initializers.normal(std)
 
@@ -82,6 +102,14 @@ class Attention(nnx.Module):
             keys, values = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
         G = c.num_heads // c.num_kv_heads
         q = q.reshape(B, S, c.num_kv_heads, G, c.head_dim)
+        fused = fused_attention_implementation(q.dtype) if S > 1 else None
+        if fused is not None:
+            if kv is None:
+                keys_btkh, values_btkh = k, v
+            else:
+                keys_btkh, values_btkh = keys.transpose(0, 3, 1, 2), values.transpose(0, 2, 1, 3)
+            out = _fused_attention(q, keys_btkh, values_btkh, mask, fused).reshape(B, S, c.num_heads * c.head_dim)
+            return self.o_proj(out), kv
         if S == 1:
             # Decode: one query per row, a matrix-vector product per head; as a fused multiply-reduce it
             # streams the cache once, where a batched dot with M = G is slow on CPU backends.
