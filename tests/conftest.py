@@ -19,7 +19,20 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 
+import gc  # noqa: E402
+
 import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_programs():
+    """Every compiled XLA CPU program keeps ~8 memory mappings while it is cached; a whole suite in one
+    process compiles thousands and once crossed the kernel's 65530 mappings per process (vm.max_map_count),
+    aborting inside XLA's compiler or the cache writer. Each test module drops the programs it compiled
+    (the persistent cache above makes compiling them again cheap)."""
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
