@@ -24,15 +24,27 @@ import gc  # noqa: E402
 import pytest  # noqa: E402
 
 
+MAX_MAPPINGS = 30_000  # of the kernel's default 65530 per process (vm.max_map_count)
+
+
+def _mappings() -> int:
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:  # no procfs: nothing to watch
+        return 0
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _drop_compiled_programs():
     """Every compiled XLA CPU program keeps ~8 memory mappings while it is cached; a whole suite in one
     process compiles thousands and once crossed the kernel's 65530 mappings per process (vm.max_map_count),
-    aborting inside XLA's compiler or the cache writer. Each test module drops the programs it compiled
-    (the persistent cache above makes compiling them again cheap)."""
+    aborting inside XLA's compiler or the cache writer. After a module that leaves more than MAX_MAPPINGS,
+    the compiled programs are dropped (the persistent cache above makes compiling them again cheaper)."""
     yield
-    jax.clear_caches()
-    gc.collect()
+    if _mappings() > MAX_MAPPINGS:
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture(scope="session")

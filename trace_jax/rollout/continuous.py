@@ -32,7 +32,8 @@ import numpy as np
 
 from trace_jax.parallel.host import to_host
 from trace_jax.sampling import decode
-from trace_jax.sampling.engine import Generation, copy_rows, extend_rows, fork_rows, place_rows
+from trace_jax.sampling.engine import Generation, fork_rows
+from trace_jax.sampling.rows import copy_rows, extend_rows, place_rows
 from trace_jax.sampling.fork import concat_states, gather_rows, merged_row, plan_fork
 from trace_jax.sampling.state import SamplerState, batch_bucket, empty_state, grow, mesh_of, rows_multiple
 

@@ -1,0 +1,139 @@
+"""Programs on some rows of a live sampler state, for continuous batching (`rollout/continuous.py`).
+
+Each gathers the rows it works on into a small sub-batch (a power of two; padding indices point past the
+batch, are gathered by clipping and never written back), computes on it and writes it back into the
+donated state, so the other rows (mid-turn) are neither computed nor changed:
+
+- `place_rows`: a fork into free slots (rows of another state, cut back to a turn boundary);
+- `extend_rows`: observations appended to the rows whose turn ended (cut first where a stop string
+  ended the turn early);
+- `copy_rows`: rows copied into another state (a finished branch archived before its slot is reused).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from trace_jax.models.config import ModelConfig
+from trace_jax.models.transformer import Params
+from trace_jax.sampling.engine import MAX_CHUNK, _append_body, _host_lengths, _refeed_last, ensure_capacity
+from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, constrain, grow, mesh_of,
+                                      put_replicated)
+
+
+def _take_rows(state: SamplerState, rows) -> SamplerState:
+    return jax.tree.map(lambda x: jnp.take(x, rows, axis=0, mode="clip"), state)
+
+
+def _put_rows(state: SamplerState, rows, sub: SamplerState) -> SamplerState:
+    """Writes the rows of `sub` into rows `rows` of `state` (indices past the batch are dropped: padding)."""
+    return jax.tree.map(lambda x, y: x.at[rows].set(y, mode="drop"), state, sub)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+def _place(config, mesh, params, state, source, source_rows, rows, lengths):
+    """Row rows[i] of `state` becomes row source_rows[i] of `source` cut to lengths[i] tokens (a fork into a
+    free slot); only the placed rows are computed."""
+    sub = _take_rows(source, source_rows)
+    sub = _refeed_last(config, params, sub, lengths, rows < state.batch_size)
+    return constrain(_put_rows(state, rows, sub), mesh)
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=1)
+def _copy(mesh, target, source, source_rows, rows):
+    return constrain(_put_rows(target, rows, _take_rows(source, source_rows)), mesh)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+def _append_rows(config, mesh, params, state, rows, cut, recut, tokens, mask):
+    """`_append_body` on rows `rows` only (a sub-batch gathered and written back): rows `recut` are first cut
+    back to `cut` tokens, then tokens [n, C] (right-padded, mask [n, C]) are appended."""
+    sub = _take_rows(state, rows)
+    sub = _refeed_last(config, params, sub, cut, recut)
+    sub = _append_body(config, params, sub, tokens, mask)
+    return constrain(_put_rows(state, rows, sub), mesh)
+
+
+def _sub_batch(rows: Sequence[int], batch: int) -> np.ndarray:
+    """Row indices padded to a power-of-two sub-batch with `batch` (out of range: gathered by clipping,
+    never written back)."""
+    index = np.full(batch_bucket(len(rows)), batch, np.int32)
+    index[: len(rows)] = rows
+    return index
+
+
+def place_rows(config: ModelConfig, params: Params, state: SamplerState, source: SamplerState,
+               source_rows: Sequence[int], rows: Sequence[int], lengths: Sequence[int]) -> SamplerState:
+    """Forks into free slots: row rows[i] of `state` becomes row source_rows[i] of `source` (left intact) cut
+    back to lengths[i] tokens. Only those rows are computed; consumes `state`."""
+    if not len(rows) == len(source_rows) == len(lengths):
+        raise ValueError(f"{len(rows)} rows, {len(source_rows)} source rows and {len(lengths)} lengths")
+    if not rows:
+        return state
+    have = _host_lengths(source)[np.asarray(source_rows)]
+    wanted = np.asarray(lengths, np.int64)
+    if (wanted < 1).any() or (wanted > have).any():
+        raise ValueError(f"fork lengths must lie in [1, parent length]; got {list(lengths)} for parents of "
+                         f"lengths {have.tolist()}")
+    if source.capacity > state.capacity:
+        state = grow(state, source.capacity)
+    elif source.capacity < state.capacity:
+        source = grow(source, state.capacity)
+    index, mesh = _sub_batch(rows, state.batch_size), mesh_of(state)
+    cut = np.ones(len(index), np.int32)
+    cut[: len(rows)] = wanted
+    return _place(config, mesh, params, state, source, put_replicated(_sub_batch(source_rows, source.batch_size), mesh),
+                  put_replicated(index, mesh), put_replicated(cut, mesh))
+
+
+def copy_rows(target: SamplerState, source: SamplerState, source_rows: Sequence[int],
+              rows: Sequence[int]) -> SamplerState:
+    """Row rows[i] of `target` becomes a copy of row source_rows[i] of `source` (left intact; same capacity).
+    Consumes `target`."""
+    if source.capacity != target.capacity:
+        raise ValueError(f"copy_rows needs equal capacities, got {source.capacity} and {target.capacity}")
+    mesh = mesh_of(target)
+    return _copy(mesh, target, source, put_replicated(_sub_batch(source_rows, source.batch_size), mesh),
+                 put_replicated(_sub_batch(rows, target.batch_size), mesh))
+
+
+def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: Sequence[int],
+                new_tokens: Sequence[Sequence[int]], *, cut: Sequence[int | None] | None = None,
+                max_chunk: int = MAX_CHUNK) -> SamplerState:
+    """`extend` on rows `rows` only, computed on a sub-batch of those rows: appends new_tokens[i] to row
+    rows[i], after cutting it back to cut[i] tokens where that is given (a turn stopped at a stop string;
+    see `truncate`). Consumes `state`."""
+    if len(rows) != len(new_tokens) or (cut is not None and len(cut) != len(rows)):
+        raise ValueError(f"{len(rows)} rows for {len(new_tokens)} token lists"
+                         + ("" if cut is None else f" and {len(cut)} cut lengths"))
+    if not rows:
+        return state
+    have = _host_lengths(state)[np.asarray(rows)]
+    wanted = have.copy() if cut is None else np.array([h if c is None else c for h, c in zip(have, cut)], np.int64)
+    if (wanted < 1).any() or (wanted > have).any():
+        raise ValueError(f"cut lengths must lie in [1, row length]; got {list(cut)} for rows of lengths "
+                         f"{have.tolist()}")
+    state = ensure_capacity(state, int(max(w + len(t) for w, t in zip(wanted, new_tokens))))
+    index, mesh = _sub_batch(rows, state.batch_size), mesh_of(state)
+    longest = max(max(len(t) for t in new_tokens), 1)
+    width = chunk_bucket(longest, max_chunk)
+    lengths = np.ones(len(index), np.int32)
+    lengths[: len(rows)] = wanted
+    recut = np.zeros(len(index), bool)
+    recut[: len(rows)] = wanted < have
+    for begin in range(0, longest, width):
+        chunk = np.zeros((len(index), width), np.int32)
+        mask = np.zeros((len(index), width), bool)
+        for i, toks in enumerate(new_tokens):
+            piece = toks[begin:begin + width]
+            chunk[i, : len(piece)] = piece
+            mask[i, : len(piece)] = True
+        state = _append_rows(config, mesh, params, state,
+                             *(put_replicated(x, mesh) for x in (index, lengths, recut, chunk, mask)))
+        recut[:] = False  # cut once, before the first chunk
+    return state
