@@ -1,18 +1,23 @@
-"""Benchmark: continuous batching vs the turn-synchronous agent loop on a workload of mixed turn lengths.
+"""Benchmark: continuous batching (tools between chunks, and tools overlapping decode) vs the
+turn-synchronous agent loop on a workload of mixed turn lengths.
 
-  python experiments/bench_continuous.py             # ~10 min on a 2-core CPU
-  python experiments/bench_continuous.py --quick     # 1 pair, fewer episodes: a smoke run
+  python experiments/bench_continuous.py                 # ~15 min on a 2-core CPU
+  python experiments/bench_continuous.py --tool_ms 20    # each tool call a 20 ms round trip
+  python experiments/bench_continuous.py --quick         # 1 round, fewer episodes: a smoke run
 
 The workload: `--episodes` episodes of 1..6 turns (seeded), each turn decoded until a stop token (a random
 `small` model's chance of drawing one of the stop ids is ~1/`--mean_turn` per token) or
-`--max_new_tokens`, so turns range from a few tokens to the cap; each observation is 24 tokens. Both modes
-hold `--slots` rows in the KV cache at once (equal memory): the turn-synchronous loop rolls the episodes
-out in waves of `--slots` (each turn of a wave decodes until its longest turn stops), continuous batching
-keeps `--slots` rows busy, refilling a slot as soon as its episode ends, `--chunk` decode steps per call.
-Both draw the same tokens (same per-row random numbers); the benchmark checks it.
+`--max_new_tokens`, so turns range from a few tokens to the cap; each observation is 24 tokens and each
+tool call takes `--tool_ms` (a sleep: a retrieval server's or sandbox's latency, the CPU stays free). All
+modes hold `--slots` rows in the KV cache at once (equal memory): the turn-synchronous loop rolls the
+episodes out in waves of `--slots` (each turn of a wave decodes until its longest turn stops; the tools of
+all its rows run after it), continuous batching keeps `--slots` rows busy, refilling a slot as soon as its
+episode ends, `--chunk` decode steps per call, with the tools of the rows whose turn ended run either
+between chunks (`continuous`) or in a worker thread during the next chunk (`overlap`, the default).
+All draw the same tokens (same per-row random numbers); the benchmark checks it.
 
-Reported side by side, in one process, timed in alternating pairs (median [min, max] of `--repeats` pairs):
-slot utilisation (sampled tokens / row-steps computed), rollout tokens/s of each mode and their ratio, and
+Reported side by side, in one process, timed in alternating rounds (median [min, max] of `--repeats`):
+slot utilisation (sampled tokens / row-steps computed), rollout tokens/s of each mode and their ratios, and
 the host overhead share: the part of a rollout's wall time spent outside the sampler's device calls (each
 call timed until its result is ready, so asynchronous dispatch is given up while measuring).
 The last line printed is one JSON object with the headline figures.
@@ -46,19 +51,25 @@ OBSERVATION = "the tool answered with a short record of twelve words about the i
 
 
 class ScriptedEpisode(Episode):
-    """Ignores what the model wrote: the episode ends after its task's number of turns."""
+    """Ignores what the model wrote: the episode ends after its task's number of turns; each tool call takes
+    the env's `tool_seconds` (a retrieval server's round trip: the host thread sleeps, the CPU is free)."""
 
     def step(self, text: str, num_tokens: int = 0) -> StepResult:
         self.turns += 1
         self.tokens += int(num_tokens)
         if self.turns >= self.task.data["turns"]:
             return self._end(text, float(self.task.data["turns"] % 2), {})
+        time.sleep(self.env.tool_seconds)
         self.history.append((text, OBSERVATION))
         return StepResult(observation=OBSERVATION, done=False, info={})
 
 
 class ScriptedEnv(Env):
     name = "scripted"
+
+    def __init__(self, tool_seconds: float = 0.0):
+        super().__init__()
+        self.tool_seconds = tool_seconds
 
     def system_prompt(self, task: Task) -> str:
         return "Answer the question in several steps."
@@ -140,18 +151,21 @@ def roll_out(policy: Policy, env: Env, tasks: list[Task], slots: int, *, timer: 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5, help="alternating pairs (>= 1; quote >= 5)")
-    parser.add_argument("--quick", action="store_true", help="1 pair, 24 episodes")
+    parser.add_argument("--repeats", type=int, default=5, help="alternating rounds (>= 1; quote >= 5)")
+    parser.add_argument("--quick", action="store_true", help="1 round, 24 episodes")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--max_new_tokens", type=int, default=256)
     parser.add_argument("--mean_turn", type=int, default=48, help="1 / per-token chance of a stop id")
+    parser.add_argument("--tool_ms", type=float, default=0.0, help="each tool call's latency (a sleep)")
     args = parser.parse_args()
     for name in ("repeats", "episodes", "slots", "chunk", "max_new_tokens", "mean_turn"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.tool_ms < 0:
+        parser.error(f"--tool_ms must be >= 0, got {args.tool_ms}")
     if args.chunk > args.max_new_tokens:
         parser.error(f"--chunk={args.chunk} exceeds --max_new_tokens={args.max_new_tokens}")
     repeats, episodes = (1, 24) if args.quick else (args.repeats, args.episodes)
@@ -163,45 +177,52 @@ def main():
     stops = tuple(range(300, 300 + max(1, config.vocab_size // args.mean_turn)))
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, stop_ids=stops)
     base = Policy(config, init_params(config, 0), sampling, renderer)
-    synchronous = base
-    streaming = dataclasses.replace(base, batching=Batching(chunk=args.chunk, slots=args.slots))
-    env, tasks = ScriptedEnv(), workload(episodes)
+    modes = {"turn_sync": base,
+             "continuous": dataclasses.replace(base, batching=Batching(args.chunk, args.slots, overlap_tools=False)),
+             "overlap": dataclasses.replace(base, batching=Batching(args.chunk, args.slots, overlap_tools=True))}
+    env, tasks = ScriptedEnv(args.tool_ms / 1000), workload(episodes)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
           f"{jax.devices()[0].platform}; model {args.preset} ({num_params(config) / 1e6:.2f}M params); "
-          f"{episodes} episodes of 1-6 turns, turns <= {args.max_new_tokens} tokens, {args.slots} slots, "
-          f"chunk {args.chunk}; {repeats} alternating pairs", flush=True)
+          f"{episodes} episodes of 1-6 turns, turns <= {args.max_new_tokens} tokens, tool calls of "
+          f"{args.tool_ms} ms, {args.slots} slots, chunk {args.chunk}; {repeats} alternating rounds", flush=True)
 
-    warm_sync, warm_cont = roll_out(synchronous, env, tasks, args.slots), roll_out(streaming, env, tasks, args.slots)
-    same = warm_sync.leaves == warm_cont.leaves
-    lengths = [len(turn) for episode in warm_sync.leaves for turn in episode]
+    warm = {name: roll_out(policy, env, tasks, args.slots) for name, policy in modes.items()}
+    same = all(w.leaves == warm["turn_sync"].leaves for w in warm.values())
+    lengths = [len(turn) for episode in warm["turn_sync"].leaves for turn in episode]
     print(f"  turns: {len(lengths)}, tokens per turn median {int(np.median(lengths))} [min {min(lengths)}, "
-          f"max {max(lengths)}]; both modes sampled the same tokens: {same}", flush=True)
-    pairs = []
+          f"max {max(lengths)}]; all modes sampled the same tokens: {same}", flush=True)
+    rounds = []
     for r in range(repeats):
-        pair = roll_out(synchronous, env, tasks, args.slots), roll_out(streaming, env, tasks, args.slots)
-        pairs.append(pair)
-        print(f"  pair {r + 1}: turn-synchronous {pair[0].tokens / pair[0].seconds:7.1f} tok/s, continuous "
-              f"{pair[1].tokens / pair[1].seconds:7.1f} tok/s", flush=True)
-    ratios = [s.seconds / c.seconds for s, c in pairs]
-    timer_sync, timer_cont = DeviceTimer(), DeviceTimer()
-    host_sync = roll_out(synchronous, env, tasks, args.slots, timer=timer_sync)
-    host_cont = roll_out(streaming, env, tasks, args.slots, timer=timer_cont)
-    share = {name: 1 - r.device_s / r.seconds for name, r in (("turn_sync", host_sync), ("continuous", host_cont))}
+        rounds.append({name: roll_out(policy, env, tasks, args.slots) for name, policy in modes.items()})
+        print(f"  round {r + 1}: " + ", ".join(f"{name} {x.tokens / x.seconds:7.1f} tok/s"
+                                                for name, x in rounds[-1].items()), flush=True)
+
+    def ratio(fast, slow):
+        values = [x[slow].seconds / x[fast].seconds for x in rounds]
+        return {"median": round(float(np.median(values)), 3), "range": [round(min(values), 3), round(max(values), 3)]}
+
+    share = {}
+    for name, policy in modes.items():
+        timer = DeviceTimer()
+        timed = roll_out(policy, env, tasks, args.slots, timer=timer)
+        share[name] = round(1 - timed.device_s / timed.seconds, 3)
     summary = {
-        "pairs": repeats,
+        "rounds": repeats,
+        "tool_ms": args.tool_ms,
         "same_tokens": same,
-        "slot_utilisation": {"turn_sync": round(warm_sync.utilisation, 3),
-                             "continuous": round(warm_cont.utilisation, 3)},
-        "tokens_per_s": {"turn_sync": round(float(np.median([s.tokens / s.seconds for s, _ in pairs])), 1),
-                         "continuous": round(float(np.median([c.tokens / c.seconds for _, c in pairs])), 1)},
-        "continuous_vs_turn_sync": {"median": round(float(np.median(ratios)), 3),
-                                    "range": [round(min(ratios), 3), round(max(ratios), 3)]},
-        "host_overhead_share": {k: round(v, 3) for k, v in share.items()},
+        "slot_utilisation": {name: round(w.utilisation, 3) for name, w in warm.items()},
+        "tokens_per_s": {name: round(float(np.median([x[name].tokens / x[name].seconds for x in rounds])), 1)
+                         for name in modes},
+        "continuous_vs_turn_sync": ratio("continuous", "turn_sync"),
+        "overlap_vs_continuous": ratio("overlap", "continuous"),
+        "overlap_vs_turn_sync": ratio("overlap", "turn_sync"),
+        "host_overhead_share": share,
     }
-    print(f"slot utilisation: turn-synchronous {warm_sync.utilisation:.3f}, continuous {warm_cont.utilisation:.3f}")
-    print(f"continuous / turn-synchronous tokens/s: {np.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]")
-    print(f"host overhead share (outside device calls): turn-synchronous {share['turn_sync']:.3f}, "
-          f"continuous {share['continuous']:.3f}")
+    print("slot utilisation: " + ", ".join(f"{k} {v:.3f}" for k, v in summary["slot_utilisation"].items()))
+    for key in ("continuous_vs_turn_sync", "overlap_vs_continuous", "overlap_vs_turn_sync"):
+        r = summary[key]
+        print(f"{key.replace('_vs_', ' / ')} tokens/s: {r['median']:.2f}x [{r['range'][0]:.2f}, {r['range'][1]:.2f}]")
+    print("host overhead share (outside device calls): " + ", ".join(f"{k} {v:.3f}" for k, v in share.items()))
     print(json.dumps(summary))
 
 

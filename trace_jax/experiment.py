@@ -73,7 +73,8 @@ class Setup:
         (`parallel/rules.py`; a no-op when they already are)."""
         params = self.params if params is None else params
         return Policy(self.model_config, to_sampling_layout(params, self.mesh), self.sampling, self.renderer,
-                      Batching(chunk=self.run.rl.decode_chunk, slots=self.run.rl.decode_slots))
+                      Batching(chunk=self.run.rl.decode_chunk, slots=self.run.rl.decode_slots,
+                               overlap_tools=self.run.rl.overlap_tools))
 
 
 def _world(task: run_config.TaskSection):

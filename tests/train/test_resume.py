@@ -20,6 +20,7 @@ from trace_jax import experiment, train
 from trace_jax.checkpointing import Checkpointer
 from trace_jax.metrics import MetricWriter, read_metrics
 from trace_jax.records import read_steps
+from trace_jax.rollout.continuous import Batching
 from trace_jax.run_config import ConfigError
 
 OVERRIDES = {"model.preset": "tiny", "rl.steps": 4, "checkpoint.every": 1, "eval.num_tasks": 8, "sft.steps": 10,
@@ -188,3 +189,12 @@ def test_a_non_finite_update_stops_the_run_naming_the_step_and_exports_nothing(f
         train.train_and_evaluate(_config(), str(workdir))
     assert not os.path.exists(workdir / "export")
     assert Checkpointer(str(workdir / "checkpoints")).steps() == [1]
+
+
+
+def test_the_decode_schedule_reaches_the_rollout_engine(tmp_path):
+    """`rl.decode_chunk` / `rl.decode_slots` / `rl.overlap_tools` build the policy's `Batching` (the schedules
+    sample the same trees: tests/rollout/test_continuous.py; a run resumes under another: RESUMABLE_SETTINGS)."""
+    changes = {"rl.decode_chunk": 3, "rl.decode_slots": 4, "rl.overlap_tools": False}
+    assert train.build(_config(**changes), str(tmp_path)).policy().batching == Batching(3, 4, overlap_tools=False)
+    assert train.build(_config(), str(tmp_path)).policy().batching == Batching()

@@ -6,9 +6,11 @@ slowest one is done, and the tools of all rows wait for it. Here the sampler sta
 `slots` rows, decoded `chunk` tokens at a time:
 
 - after each chunk, the rows whose turn ended (a stop id, or max_new_tokens) leave: their turns are
-  parsed and their tools run (`RolloutEngine._step_envs`, the same code as the synchronous loop), the
-  observations are prefilled into those rows only (`extend_rows`, a sub-batch), and they rejoin the next
-  chunk while the other rows carry on from where they were;
+  parsed and their tools run (`RolloutEngine._step_envs`, the same code as the synchronous loop) in a
+  worker thread while the device decodes the next chunk of the other rows (the main thread only waits on
+  the device meanwhile, so the two never touch the trees at once); then their observations are prefilled
+  into those rows only (`extend_rows`, a sub-batch) and they rejoin, while the other rows carry on from
+  where they were;
 - a slot whose branch reached a terminal state takes the next pending branch (`place_rows`: a fork from
   its anchor's row into the slot, cut to the anchor's boundary). Before a slot is reused, its row (the
   finished branch's whole history, where its turn boundaries' prefixes live) is copied into the call's
@@ -25,6 +27,7 @@ is counted in both loops on the engine.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 from typing import TYPE_CHECKING
 
@@ -50,10 +53,14 @@ class Batching:
         batching, `chunk` decode steps per call (capped at max_new_tokens).
       slots: with chunk > 0, the rows decoding at once (rounded up to a row bucket); further branches
         wait for a slot. 0: one slot per branch of the `expand` call (no queue).
+      overlap_tools: with chunk > 0, the env steps (parsing, tool calls) of the rows whose turn ended in a
+        chunk run in a worker thread while the device decodes the next chunk of the other rows; those rows
+        rejoin one chunk later. False: they run before the next chunk (the benchmark's reference).
     """
 
     chunk: int = 0
     slots: int = 0
+    overlap_tools: bool = True
 
     def __post_init__(self):
         if self.chunk < 0 or self.slots < 0:
@@ -108,64 +115,106 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
     anchors_in: dict[int, list[tuple[object, int]]] = collections.defaultdict(list)  # slot -> (tree, node)
     shards = rows_multiple(mesh)
     archive = _Archive(engine, len(branches))
-    while True:
-        free = np.flatnonzero(occupant < 0)[:len(pending)]
-        if len(free):
-            state = archive.keep(state, [int(s) for s in free if anchors_in.get(int(s))], previous, anchors_in)
-            taken = [pending.popleft() for _ in free]
-            state = place_rows(config, params, state, merged, [parents[j] for j in taken], free.tolist(),
-                               [sources[j].length for j in taken])
-            occupant[free], position[free] = taken, 0
-            crossing = sum((s * shards // slots) != (parents[j] * shards // merged.batch_size)
-                           for s, j in zip(free, taken))
-            engine._placed(free, slots, mesh, cross_shard=int(crossing))
-        busy = occupant >= 0
-        if not busy.any():
-            break
-        if not pending and batch_bucket(int(busy.sum()), shards) < slots:  # the queue is dry: fewer rows decode
-            state = archive.keep(state, [s for s in range(slots) if occupant[s] < 0 and anchors_in.get(s)],
-                                 previous, anchors_in)
-            live = np.flatnonzero(busy)
-            slots = batch_bucket(len(live), shards)
-            state = gather_rows(state, np.resize(live, slots))  # rows past the live ones: scratch copies
-            occupant, position = _moved(occupant, live, slots, -1), _moved(position, live, slots, 0)
-            previous = np.full(slots, -1)
-            chunks = collections.defaultdict(list, {new: chunks[old] for new, old in enumerate(live) if old in chunks})
-            anchors_in = collections.defaultdict(list, {new: anchors_in.pop(old) for new, old in enumerate(live)
-                                                        if old in anchors_in})
-            for new, held in anchors_in.items():
-                for tree, node_id in held:
-                    engine._repoint(tree, node_id, final, new)
+    ended: _Ended | None = None  # turns that ended in the last chunk whose tools have not run yet
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tools") as tools:
+        while True:
+            free = np.flatnonzero(occupant < 0)[:len(pending)]
+            if len(free):
+                state = archive.keep(state, [int(s) for s in free if anchors_in.get(int(s))], previous, anchors_in)
+                taken = [pending.popleft() for _ in free]
+                state = place_rows(config, params, state, merged, [parents[j] for j in taken], free.tolist(),
+                                   [sources[j].length for j in taken])
+                occupant[free], position[free] = taken, 0
+                crossing = sum((s * shards // slots) != (parents[j] * shards // merged.batch_size)
+                               for s, j in zip(free, taken))
+                engine._placed(free, slots, mesh, cross_shard=int(crossing))
             busy = occupant >= 0
-        row_ids = np.zeros(slots, np.int64)
-        row_ids[busy] = engine._row_ids([branches[j] for j in occupant[busy]], trees)
-        gen, state = decode(config, params, state, sampling, seed=engine.seed, row_ids=row_ids.tolist(),
-                            active=busy, positions=position.tolist(), steps=chunk)
-        engine._count_decode(gen, slots)
-        for s in np.flatnonzero(busy):
-            chunks[s].append(gen.take([s]))
-        position += gen.lengths.astype(np.int32)
-        finished = [int(s) for s in np.flatnonzero(busy & (gen.stopped | (position >= limit)))]
-        if not finished:
-            continue
-        turn = _turns([chunks.pop(s) for s in finished], limit)
-        stepping = [branches[occupant[s]] for s in finished]
-        observations, boundaries, dropped = engine._step_envs(trees, stepping, turn, [True] * len(finished), leaves)
-        position[finished] = 0
-        lengths = np.asarray(to_host(state.cache.lengths))
-        rows = [finished[i] for i in boundaries]
-        state = extend_rows(config, params, state, rows, [observations[i] for i in boundaries],
-                            cut=[int(lengths[finished[i]]) - dropped.get(i, 0) for i in boundaries])
-        hidden, lengths = to_host((state.hidden, state.cache.lengths))
-        for i, node in boundaries.items():
-            slot, branch = finished[i], stepping[i]
-            engine._anchor(trees[branch.tree], node, final, slot, int(lengths[slot]), np.asarray(hidden[slot]),
-                           branch.episode)
-            anchors_in[slot].append((trees[branch.tree], node.id))
-        for i, s in enumerate(finished):
-            if i not in boundaries:
-                previous[s], occupant[s] = occupant[s], -1
+            if not busy.any():
+                break
+            if not pending and batch_bucket(int(busy.sum()), shards) < slots:  # the queue is dry: fewer rows
+                state = archive.keep(state, [s for s in range(slots) if occupant[s] < 0 and anchors_in.get(s)],
+                                     previous, anchors_in)
+                live = np.flatnonzero(busy)
+                slots = batch_bucket(len(live), shards)
+                state = gather_rows(state, np.resize(live, slots))  # rows past the live ones: scratch copies
+                occupant, position = _moved(occupant, live, slots, -1), _moved(position, live, slots, 0)
+                previous = np.full(slots, -1)
+                new_slot = {int(old): new for new, old in enumerate(live)}
+                chunks = collections.defaultdict(list, {new_slot[old]: c for old, c in chunks.items()})
+                anchors_in = collections.defaultdict(list, {new_slot[old]: anchors_in.pop(old) for old in live
+                                                            if old in anchors_in})
+                for new, held in anchors_in.items():
+                    for tree, node_id in held:
+                        engine._repoint(tree, node_id, final, new)
+                if ended is not None:
+                    ended = dataclasses.replace(ended, slots=[new_slot[s] for s in ended.slots])
+                busy = occupant >= 0
+            decoding = busy.copy()
+            if ended is not None:
+                decoding[ended.slots] = False
+            row_ids = np.zeros(slots, np.int64)
+            row_ids[decoding] = engine._row_ids([branches[j] for j in occupant[decoding]], trees)
+            stepped = None
+            if ended is not None:  # their tools run in the worker thread while this thread only decodes
+                stepped = tools.submit(engine._step_envs, trees, ended.branches, ended.turn,
+                                       [True] * len(ended.slots), leaves)
+            gen = None
+            if decoding.any():
+                gen, state = decode(config, params, state, sampling, seed=engine.seed, row_ids=row_ids.tolist(),
+                                    active=decoding, positions=position.tolist(), steps=chunk)
+            if stepped is not None:
+                state = _rejoin(engine, state, ended, stepped.result(), trees, final, occupant, previous,
+                                anchors_in)
+                ended = None
+            if gen is None:
+                continue
+            engine._count_decode(gen, slots)
+            for s in np.flatnonzero(decoding):
+                chunks[s].append(gen.take([s]))
+            position += gen.lengths.astype(np.int32)
+            finished = [int(s) for s in np.flatnonzero(decoding & (gen.stopped | (position >= limit)))]
+            if not finished:
+                continue
+            position[finished] = 0
+            ended = _Ended(finished, [branches[occupant[s]] for s in finished],
+                           _turns([chunks.pop(s) for s in finished], limit))
+            if not p.batching.overlap_tools:  # tools now, before the next chunk
+                state = _rejoin(engine, state, ended, engine._step_envs(trees, ended.branches, ended.turn,
+                                                                       [True] * len(finished), leaves),
+                                trees, final, occupant, previous, anchors_in)
+                ended = None
     engine._states[final] = state
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ended:
+    """Slots whose turn just ended, their branches and the finished turns (one row each, in slot order)."""
+
+    slots: list[int]
+    branches: list
+    turn: Generation
+
+
+def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, trees, final: int, occupant,
+            previous, anchors_in) -> SamplerState:
+    """After the ended turns' env steps: observations prefilled into their rows (which rejoin decoding), new
+    turn boundaries anchored in the slot table (state `final`), slots of finished episodes freed."""
+    p = engine.policy
+    observations, boundaries, dropped = stepped
+    lengths = np.asarray(to_host(state.cache.lengths))
+    rows = [ended.slots[i] for i in boundaries]
+    state = extend_rows(p.config, p.params, state, rows, [observations[i] for i in boundaries],
+                        cut=[int(lengths[ended.slots[i]]) - dropped.get(i, 0) for i in boundaries])
+    hidden, lengths = to_host((state.hidden, state.cache.lengths))
+    for i, node in boundaries.items():
+        slot, branch = ended.slots[i], ended.branches[i]
+        engine._anchor(trees[branch.tree], node, final, slot, int(lengths[slot]), np.asarray(hidden[slot]),
+                       branch.episode)
+        anchors_in[slot].append((trees[branch.tree], node.id))
+    for i, s in enumerate(ended.slots):
+        if i not in boundaries:
+            previous[s], occupant[s] = occupant[s], -1
+    return state
 
 
 def _moved(values: np.ndarray, live: np.ndarray, slots: int, fill) -> np.ndarray:
