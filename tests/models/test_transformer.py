@@ -140,3 +140,38 @@ def test_the_fused_attention_path_computes_what_the_einsum_path_does(monkeypatch
     np.testing.assert_allclose(got[0][mask], want[0][mask], atol=1e-5, rtol=0)
     np.testing.assert_allclose(got[1][chunk_mask], want[1][chunk_mask], atol=1e-5, rtol=0)
     assert np.isfinite(got[2]).all()  # padding queries with nothing to attend to stay finite
+
+
+def test_long_sequences_attend_in_query_blocks_with_the_same_logits_gradients_and_less_memory(monkeypatch):
+    """A full-sequence pass longer than ATTENTION_BLOCK (the learner on long episodes) scans query blocks,
+    each block's mask rows built on the fly: logits and parameter gradients equal the dense path's, and the
+    compiled gradient holds far less scratch memory (no [B, N, S, S] scores or [B, S, S] mask)."""
+    from trace_jax.models import transformer
+
+    config = get_preset("tiny")
+    params = init_params(config, 0)
+    rng = np.random.RandomState(3)
+    tokens = jax.numpy.asarray(rng.randint(0, config.vocab_size, (2, 1000)))
+    positions = jax.numpy.broadcast_to(jax.numpy.arange(1000), tokens.shape)
+    mask = np.ones((2, 1000), bool)
+    mask[1, 900:] = False  # right padding, as the learner pads
+
+    def loss(params):
+        logits = forward(config, params, tokens, positions, None, mask).logits
+        return jax.numpy.mean(jax.nn.log_softmax(logits)[..., 7] * mask)
+
+    def run():
+        grad = jax.jit(jax.value_and_grad(loss))
+        scratch = grad.lower(params).compile().memory_analysis().temp_size_in_bytes
+        (value, grads), logits = grad(params), forward(config, params, tokens, positions, None, mask).logits
+        return value, grads, np.asarray(logits), scratch
+
+    dense = run()  # 1000 <= 1024 queries: one block
+    monkeypatch.setattr(transformer, "ATTENTION_BLOCK", 128)  # 8 blocks, the last one padded
+    blocked = run()
+    np.testing.assert_allclose(blocked[2][mask], dense[2][mask], atol=2e-5, rtol=0)
+    np.testing.assert_allclose(blocked[0], dense[0], rtol=1e-5)
+    for got, want in zip(jax.tree.leaves(blocked[1]), jax.tree.leaves(dense[1])):
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-4)
+    print(f"gradient scratch bytes: dense {dense[3]}, blocked {blocked[3]}")
+    assert blocked[3] < dense[3] / 3

@@ -21,6 +21,23 @@ from trace_jax.models.rope import apply_rope, sin_cos
 
 Params = dict[str, Any]
 _MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (not NaN) softmax
+# A full-sequence pass (the learner's) longer than this attends in blocks of this many queries, so the
+# scores it holds at once are [B, N, block, S], never [B, N, S, S] (16k tokens x 32 heads: 32 GB a row).
+ATTENTION_BLOCK = 1024
+
+
+@struct.dataclass
+class CausalMask:
+    """A full sequence's self-attention mask, kept implicit: query s sees the keys t <= s that are real
+    tokens (`valid` [B, S]). `dense` builds any block of queries' rows of it."""
+
+    valid: jax.Array
+
+    def dense(self, start=0, length: int | None = None):
+        """[B, length, S]: the rows of queries start .. start + length - 1."""
+        S = self.valid.shape[1]
+        queries = start + jnp.arange(S if length is None else length)
+        return (queries[:, None] >= jnp.arange(S)[None, :])[None] & self.valid[:, None, :]
 
 
 def fused_attention_implementation(dtype) -> str | None:
@@ -41,6 +58,30 @@ def _fused_attention(q, keys, values, mask, implementation: str):
                                        scale=H ** -0.5, implementation=implementation)
     # a query with nothing to attend to (padding) gives zeros, whatever the kernel does with it
     return jnp.where(mask.any(-1)[:, :, None, None], out, 0).reshape(B, S, K, G, H)
+
+
+def _einsum_attention(q, keys, values, mask):
+    """q [B, S, K, G, H]; keys [B, K, H, T]; values [B, K, T, H]; mask [B, S, T] -> [B, S, K, G, H]."""
+    scores = jnp.einsum("BSKGH,BKHT->BKGST", q, keys, preferred_element_type=jnp.float32) * (q.shape[-1] ** -0.5)
+    probs = jax.nn.softmax(jnp.where(mask[:, None, None, :, :], scores, _MASKED), axis=-1)
+    return jnp.einsum("BKGST,BKTH->BSKGH", probs.astype(values.dtype), values)
+
+
+def _blocked_attention(q, keys, values, mask: CausalMask, block: int):
+    """`_einsum_attention` over blocks of `block` queries (a scan; each block's scores are recomputed in the
+    backward pass rather than stored), its mask rows built per block: the same rows, O(block * S) memory."""
+    B, S, K, G, H = q.shape
+    n = -(-S // block)
+    q = jnp.pad(q, [(0, 0), (0, n * block - S), (0, 0), (0, 0), (0, 0)])
+    q = q.reshape(B, n, block, K, G, H).swapaxes(0, 1)
+
+    @jax.checkpoint
+    def one(_, xs):
+        i, q_block = xs
+        return None, _einsum_attention(q_block, keys, values, mask.dense(i * block, block))
+
+    _, out = jax.lax.scan(one, None, (jnp.arange(n), q))
+    return out.swapaxes(0, 1).reshape(B, n * block, K, G, H)[:, :S]
 
 
 def _init(std=0.02):
@@ -80,7 +121,8 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.jnp_param_dtype)
 
     def __call__(self, x, sin, cos, mask, kv=None, write_slots=None):
-        """x [B,S,D]; mask [B,S,T] bool; write_slots [B,S]; kv None or (k_cache [B,K,H,T], v_cache [B,K,T,H]).
+        """x [B,S,D]; mask [B,S,T] bool (or a `CausalMask` when kv is None); write_slots [B,S]; kv None or
+        (k_cache [B,K,H,T], v_cache [B,K,T,H]).
 
         Keys are cached slot-minor, values head-minor: both attention products then reduce over an
         outer axis and vectorize over the contiguous one, with no transpose of the cache.
@@ -103,6 +145,11 @@ class Attention(nnx.Module):
         G = c.num_heads // c.num_kv_heads
         q = q.reshape(B, S, c.num_kv_heads, G, c.head_dim)
         fused = fused_attention_implementation(q.dtype) if S > 1 else None
+        if isinstance(mask, CausalMask):
+            if fused is None and S > ATTENTION_BLOCK:
+                out = _blocked_attention(q, keys, values, mask, ATTENTION_BLOCK)
+                return self.o_proj(out.reshape(B, S, c.num_heads * c.head_dim)), kv
+            mask = mask.dense()
         if fused is not None:
             if kv is None:
                 keys_btkh, values_btkh = k, v
@@ -115,16 +162,12 @@ class Attention(nnx.Module):
             # streams the cache once, where a batched dot with M = G is slow on CPU backends.
             q1 = q[:, 0, :, :, :, None].astype(jnp.float32)  # [B, K, G, H, 1]
             scores = jnp.sum(q1 * keys[:, :, None].astype(jnp.float32), axis=-2)[:, :, :, None, :]
-        else:
-            scores = jnp.einsum("BSKGH,BKHT->BKGST", q, keys, preferred_element_type=jnp.float32)
-        scores = scores * (c.head_dim ** -0.5)
-        scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
-        probs = jax.nn.softmax(scores, axis=-1)
-        if S == 1:
+            scores = jnp.where(mask[:, None, None, :, :], scores * (c.head_dim ** -0.5), _MASKED)
+            probs = jax.nn.softmax(scores, axis=-1)
             out = jnp.sum(probs[:, :, :, 0, :, None] * values[:, :, None].astype(jnp.float32), axis=-2)
             out = out.astype(values.dtype)[:, None]  # [B, 1, K, G, H]
         else:
-            out = jnp.einsum("BKGST,BKTH->BSKGH", probs.astype(values.dtype), values)
+            out = _einsum_attention(q, keys, values, mask)
         out = out.reshape(B, S, c.num_heads * c.head_dim)
         return self.o_proj(out), kv
 
@@ -188,8 +231,7 @@ class Transformer(nnx.Module):
         layer_def, layer_state = nnx.split(self.layers)
 
         if cache is None:
-            causal = jnp.tril(jnp.ones((S, S), bool))
-            mask = causal[None] & valid[:, None, :]
+            mask = CausalMask(valid)
 
             def body(h, state):
                 h, _ = nnx.merge(layer_def, state)(h, sin, cos, mask)
