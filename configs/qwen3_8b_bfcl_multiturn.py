@@ -9,20 +9,34 @@ for users with accelerators and weights (nothing is downloaded; paths checked be
 
 `data=` the release's data directory ("" = the installed bfcl_eval package's); `subsets=` joined by '+'.
 Native tool calls (`hermes`): every involved class's functions are the tools; a reply without a call ends
-a request and the next one follows as a user message. There is no `:runlocal`: the prompts carry the
-classes' function docs (thousands of tokens), beyond the CPU presets' context. Expected runtime: hours on
-8 H100s.
+a request and the next one follows as a user message. Expected runtime: hours on 8 H100s.
+
+  python experiments/train.py --config configs/qwen3_8b_bfcl_multiturn.py:runlocal --workdir /tmp/bfcl_mt
+
+`:runlocal`: the `mini` model from scratch on this CPU with the bundled tokenizer (ReAct actions) on
+`multi_turn_base`: its prompts carry the involved classes' function docs, 8.6k-19k tokens here, so the
+learner attends in query blocks (`models/transformer.py: ATTENTION_BLOCK`); 4 SFT steps on ground-truth
+paths, 2 RL steps of 4 rollouts, 4 held-out tasks. It proves the path end to end (long prompts, the
+official backends, the checker's reward into the learner); it does not learn.
 """
 
-from configs.qwen3_8b_multihop import paper_scale
+from configs.qwen3_8b_multihop import paper_scale, runlocal
 from trace_jax.config_files import config_args
 
 
 def get_config(arg: str | None = None):
-    args = config_args(arg, values={"checkpoint": "", "data": "", "subsets": ""},
+    args = config_args(arg, flags=("runlocal",), values={"checkpoint": "", "data": "", "subsets": ""},
                        config="configs/qwen3_8b_bfcl_multiturn.py")
     c = paper_scale(args["checkpoint"])
     c.task.update(source="bfcl_multi_turn", train_path=args["data"], categories=args["subsets"].replace("+", ","),
                   max_turns=40, max_tokens=16384, action_format="hermes")
     c.eval.num_tasks = 0  # every test task (a fifth of the chosen subsets)
+    if args["runlocal"]:
+        runlocal(c)
+        c.task.update(categories=c.task.categories or "multi_turn_base", max_turns=12, max_tokens=512)
+        c.sft.update(steps=4, num_demos=8, batch_size=2, max_len=32768)
+        c.rl.update(steps=2, max_new_tokens=48)
+        c.learner.update(micro_batch=2)
+        c.budget.update(rollouts=4, prompts=2, candidates=4, m_max=4)
+        c.eval.update(num_tasks=4)
     return c

@@ -15,6 +15,7 @@ from trace_jax import train
 from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.protocol import Task
 from trace_jax.envs.tasks.datasets import DATASETS
+from trace_jax.records import read_steps
 from trace_jax.run_config import ConfigError, from_config_dict
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -210,6 +211,22 @@ def test_paper_configs_runlocal_end_to_end(files, tmp_path):
     assert summary["steps"] == 2 and 0.0 <= summary["acc_after_rl"] <= 1.0
     run = from_config_dict(qwen3_14b_hotpotqa.get_config(f"runlocal,train={files['hotpotqa']['train_path']}"))
     assert run.task.f1_success == 0.3 and run.model.preset == "mini" and run.mesh.fsdp == 1
+    from configs import qwen3_8b_bfcl_multiturn  # its end-to-end run: test_bfcl_multi_turn_runlocal (slow)
+    run = from_config_dict(qwen3_8b_bfcl_multiturn.get_config("runlocal"))
+    assert (run.model.preset, run.task.categories, run.task.action_format) == ("mini", "multi_turn_base", "react")
+    assert run.sft.max_len >= 19255  # the subset's longest prompt with the bundled tokenizer
+
+
+@pytest.mark.slow
+def test_bfcl_multi_turn_runlocal(tmp_path):
+    """BFCL multi-turn's runlocal on this CPU: 8.6k-19k-token prompts through SFT, rollouts on the official
+    backends and the learner (query-blocked attention); ~15 min on 2 cores."""
+    pytest.importorskip("bfcl_eval")
+    from configs import qwen3_8b_bfcl_multiturn
+    summary = train.train_and_evaluate(qwen3_8b_bfcl_multiturn.get_config("runlocal"), str(tmp_path))
+    assert summary["steps"] == 2 and 0.0 <= summary["acc_after_rl"] <= 1.0
+    records = read_steps(str(tmp_path))
+    assert all(r.ledger.tokens_prefilled > 8000 for r in records)  # the long prompts were prefilled
 
 
 def test_two_rl_steps_from_the_command_line(files, tmp_path):
