@@ -13,7 +13,7 @@ modes hold `--slots` rows in the KV cache at once (equal memory): the turn-synch
 episodes out in waves of `--slots` (each turn of a wave decodes until its longest turn stops; the tools of
 all its rows run after it), continuous batching keeps `--slots` rows busy, refilling a slot as soon as its
 episode ends, `--chunk` decode steps per call, with the tools of the rows whose turn ended run either
-between chunks (`continuous`) or in a worker thread during the next chunk (`overlap`, the default).
+between chunks (`continuous`) or in a worker thread during the next chunk (`overlap`, `rl.overlap_tools`).
 All draw the same tokens (same per-row random numbers); the benchmark checks it.
 
 Reported side by side, in one process, timed in alternating rounds (median [min, max] of `--repeats`):

@@ -7,8 +7,8 @@ and e), each in its own process, one after the other, on the same machine.
 
 Both benchmarks print their own tables; this one ends with their two JSON lines merged under "continuous"
 and "sampler", and the five headline figures on top: `slot_utilisation`, `continuous_vs_turn_sync`,
-`host_overhead_share` (continuous batching, the default schedule: tools overlapping decode, and the
-tools-between-chunks schedule), `vs_tunix` (or the reason it is unavailable) and
+`host_overhead_share` (continuous batching with its tools between chunks, the default, and overlapping
+decode, `rl.overlap_tools`), `vs_tunix` (or the reason it is unavailable) and
 `decode_bandwidth_fraction` (batch 64). A benchmark that fails is reported with its exit status and the
 tail of its output, and the line still prints, with that part marked unavailable.
 """

@@ -119,9 +119,9 @@ class RLSection:
         samples either way (same random numbers per row and token); only the schedule differs.
       decode_slots: with decode_chunk > 0, rows decoding at once; pending branches wait for a slot
         (0: one slot per branch of each expansion).
-      overlap_tools: with decode_chunk > 0, the tools of the rows whose turn ended run in a worker thread
-        while the device decodes the next chunk of the others (those rows rejoin a chunk later); False:
-        between chunks. Measured (experiments/bench_continuous.py): 1.24x tokens/s with 20 ms tool calls,
+      overlap_tools: with decode_chunk > 0, True: the tools of the rows whose turn ended run in a worker
+        thread while the device decodes the next chunk of the others (those rows rejoin a chunk later: worth
+        it when tools take time, e.g. a retrieval server); False: between chunks. Measured (experiments/bench_continuous.py): 1.24x tokens/s with 20 ms tool calls,
         0.91x-0.97x with instant ones (two runs).
     """
 
@@ -133,7 +133,7 @@ class RLSection:
     train_prompts: int = 0
     decode_chunk: int = 0
     decode_slots: int = 0
-    overlap_tools: bool = True
+    overlap_tools: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -259,7 +259,7 @@ RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode
 # the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
 ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": "",
                 "task.search_url": "", "task.action_format": "react", "task.thinking": True, "task.f1_success": 0.0,
-                "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": True}
+                "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": False}
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -60,7 +60,7 @@ class Batching:
 
     chunk: int = 0
     slots: int = 0
-    overlap_tools: bool = True
+    overlap_tools: bool = False
 
     def __post_init__(self):
         if self.chunk < 0 or self.slots < 0:
