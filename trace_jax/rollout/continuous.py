@@ -6,9 +6,10 @@ slowest one is done, and the tools of all rows wait for it. Here the sampler sta
 `slots` rows, decoded `chunk` tokens at a time:
 
 - after each chunk, the rows whose turn ended (a stop id, or max_new_tokens) leave: their turns are
-  parsed and their tools run (`RolloutEngine._step_envs`, the same code as the synchronous loop) in a
-  worker thread while the device decodes the next chunk of the other rows (the main thread only waits on
-  the device meanwhile, so the two never touch the trees at once); then their observations are prefilled
+  parsed and their tools run (`RolloutEngine._step_envs`, the same code as the synchronous loop) before
+  the next chunk, or, with `overlap_tools`, in a worker thread while the device decodes the next chunk of
+  the other rows (the main thread only waits on the device meanwhile, so the two never touch the trees at
+  once); then their observations are prefilled
   into those rows only (`extend_rows`, a sub-batch) and they rejoin, while the other rows carry on from
   where they were;
 - a slot whose branch reached a terminal state takes the next pending branch (`place_rows`: a fork from
@@ -55,7 +56,7 @@ class Batching:
         wait for a slot. 0: one slot per branch of the `expand` call (no queue).
       overlap_tools: with chunk > 0, the env steps (parsing, tool calls) of the rows whose turn ended in a
         chunk run in a worker thread while the device decodes the next chunk of the other rows; those rows
-        rejoin one chunk later. False: they run before the next chunk (the benchmark's reference).
+        rejoin one chunk later (worth it when tools take time). False (default): before the next chunk.
     """
 
     chunk: int = 0
