@@ -1,7 +1,7 @@
 """Benchmark: continuous batching (tools between chunks, and tools overlapping decode) vs the
 turn-synchronous agent loop on a workload of mixed turn lengths.
 
-  python experiments/bench_continuous.py                 # ~15 min on a 2-core CPU
+  python experiments/bench_continuous.py                 # ~8 min on a 2-core CPU
   python experiments/bench_continuous.py --tool_ms 20    # each tool call a 20 ms round trip
   python experiments/bench_continuous.py --quick         # 1 round, fewer episodes: a smoke run
 

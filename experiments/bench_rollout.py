@@ -2,7 +2,7 @@
 (`bench_continuous.py`) and the sampler against Tunix and the hardware limit (`bench_sampler.py` sections d
 and e), each in its own process, one after the other, on the same machine.
 
-  python experiments/bench_rollout.py --tunix_python /tmp/tunix_venv/bin/python    # ~30 min on 2 cores
+  python experiments/bench_rollout.py --tunix_python /tmp/tunix_venv/bin/python    # ~8 min on 2 cores
   python experiments/bench_rollout.py --quick                                     # smoke run, no peer
 
 Both benchmarks print their own tables; this one ends with their two JSON lines merged under "continuous"
