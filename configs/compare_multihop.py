@@ -23,14 +23,17 @@ import ml_collections
 
 from configs import quickstart
 from trace_jax.config_files import config_args
+from trace_jax.run_config import ConfigError
 
 ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "results")
 
 
 def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collections.ConfigDict:
-    args = config_args(arg, flags=("runlocal", "powered"), config="the comparison configs")
+    args = config_args(arg, flags=("runlocal", "powered", "mixed"), config="the comparison configs")
     c = base()
+    if args["mixed"]:
+        _mixed(c)
     c.rl.steps, c.rl.eval_every = 60, 15
     # A pool of 256 training prompts recurs every few steps, so allocators with per-prompt histories
     # (mopps, knapsack) have histories to use; with the whole split no prompt came back within 60 steps.
@@ -56,6 +59,14 @@ def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collect
         c.compare.generalization_steps, c.compare.generalization_prompts = 4, 16
         c.compare.mechanism_steps, c.compare.mechanism_reference = 10, 512
     return c
+
+
+def _mixed(c: ml_collections.ConfigDict) -> None:
+    """The mixed-difficulty pool of issue 15's item 6 (multi-hop: 1-4 hops instead of 1-2, SFT on the same
+    range), where GRPO's groups are mixed less often after SFT: the regime the paper's allocation is for."""
+    if c.task.source != "multihop":
+        raise ConfigError(f"`mixed` is defined for the multi-hop source, not {c.task.source!r}")
+    c.task.max_difficulty = 4
 
 
 def _powered(c: ml_collections.ConfigDict) -> None:

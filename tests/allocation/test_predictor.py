@@ -8,7 +8,7 @@ from trace_jax.allocation.predictor import SuccessPredictor
 
 
 def test_untrained_predictor_says_one_half():
-    p = SuccessPredictor(35).predict(np.random.default_rng(0).normal(size=(300, 35)) * 5)
+    p = SuccessPredictor(36).predict(np.random.default_rng(0).normal(size=(300, 36)) * 5)
     assert np.abs(p - 0.5).max() <= 0.05
 
 
@@ -36,15 +36,16 @@ def test_state_round_trip():
     np.testing.assert_allclose(a.predict(x), b.predict(x))
 
 
-@pytest.mark.parametrize("features,ignored,used", [  # a featurize row of D = 16: hidden, prompt mean, 3 scalars
-    ("scalars", slice(0, 32), slice(32, 35)), ("hidden", slice(16, 35), slice(0, 16)),
-    ("prompt_mean+scalars", slice(0, 16), slice(16, 32)), ("prompt_mean+hidden+scalars", slice(0, 0), slice(0, 35))])
+@pytest.mark.parametrize("features,ignored,used", [  # a featurize row of D = 16: hidden, middle, prompt mean, 3 scalars
+    ("scalars", slice(0, 48), slice(48, 51)), ("hidden", slice(16, 51), slice(0, 16)),
+    ("layers+scalars", slice(32, 48), slice(16, 32)), ("prompt_mean+scalars", slice(0, 32), slice(32, 48)),
+    ("prompt_mean+hidden+scalars", slice(16, 32), slice(32, 51))])
 def test_featurizer_variants_see_only_their_columns(features, ignored, used):
     from trace_jax.allocation.predictor import PredictorConfig
     rng = np.random.default_rng(0)
-    predictor = SuccessPredictor(35, PredictorConfig(features=features))
-    x = rng.normal(size=(64, 35)).astype(np.float32)
-    predictor.fit(x, (x[:, 33] > 0).astype(np.float32), np.ones(64, np.float32))  # non-trivial weights
+    predictor = SuccessPredictor(51, PredictorConfig(features=features))
+    x = rng.normal(size=(64, 51)).astype(np.float32)
+    predictor.fit(x, (x[:, 49] > 0).astype(np.float32), np.ones(64, np.float32))  # non-trivial weights
     changed = x.copy()
     changed[:, ignored] = rng.normal(size=changed[:, ignored].shape)
     np.testing.assert_array_equal(predictor.predict(changed), predictor.predict(x))
@@ -83,12 +84,12 @@ def test_root_targets_count_only_rollouts_sampled_at_the_root():
     from trace_jax.rollout.tree import RolloutTree
 
     tree = RolloutTree(type("T", (), {"id": "t"})(), [1, 2])
-    tree.mark_anchor(0, prefix_length=2, hidden=np.zeros(4, np.float32))
+    tree.mark_anchor(0, prefix_length=2, hidden=np.zeros(8, np.float32))  # D = 4: final and middle layer
     tree.root.prompt_mean = np.zeros(4, np.float32)
     turn = tree.add(0, tokens=[3], origin=0)
-    tree.mark_anchor(turn.id, prefix_length=3, hidden=np.ones(4, np.float32))
+    tree.mark_anchor(turn.id, prefix_length=3, hidden=np.ones(8, np.float32))
     tree.add(turn.id, tokens=[4], origin=0, terminal=True, success=False)       # the bare rollout: failed
     for _ in range(3):                                                           # branches chosen to flip it
         tree.add(turn.id, tokens=[5], origin=turn.id, terminal=True, success=True)
-    x, y, w = SuccessPredictor(11).targets([tree])
+    x, y, w = SuccessPredictor(15).targets([tree])
     assert y.tolist() == [0.0, 0.75] and w.tolist() == [1.0, 4.0]  # root: the bare leaf only; prefix: all four

@@ -28,7 +28,7 @@ def test_main_grid_is_every_allocator_times_every_seed():
      [("global", "agreement"), ("global", "posterior"), ("local", "agreement"), ("local", "posterior")]),
     ("lambda_local", lambda rs: [r.advantage.lambda_local for r in rs] == [0.5, 0.0]),
     ("featurizer", lambda rs: [r.predictor.features for r in rs] == ["hidden+scalars", "hidden", "scalars",
-                                                                     "prompt_mean+scalars",
+                                                                     "layers+scalars", "prompt_mean+scalars",
                                                                      "prompt_mean+hidden+scalars"]),
 ])
 def test_ablation_variants(ablation, check):
@@ -104,3 +104,11 @@ def test_every_domain_config_validates_with_one_shared_sft_recipe(name, source, 
         # :runlocal and the full comparison restore the same SFT checkpoint from one workdir
         assert len({(r.sft, r.model, r.task) for _, _, r in runs}) == 1
     assert grid.split_config(module.get_config())[1]["sft"] == grid.split_config(module.get_config("runlocal"))[1]["sft"]
+
+
+def test_the_mixed_difficulty_pool_is_multi_hop_one_to_four_hops():
+    from configs import compare_math
+    assert compare_multihop.get_config("mixed").task.max_difficulty == 4
+    assert compare_multihop.get_config().task.max_difficulty == 2
+    with pytest.raises(ConfigError, match="multi-hop source, not 'math'"):
+        compare_math.get_config("mixed")

@@ -1,5 +1,6 @@
 """Tiny random `transformers` (PyTorch) models of each supported family: the references for parity tests."""
 
+import numpy as np
 import torch
 import transformers
 
@@ -43,3 +44,11 @@ def logits_and_hidden(model, tokens):
         out = model(torch.as_tensor(tokens), output_hidden_states=True)
         hidden = model.model(torch.as_tensor(tokens)).last_hidden_state
     return out.logits.float().numpy(), hidden.float().numpy()
+
+
+def middle_states(model, tokens, layers: int, eps: float):
+    """The residual stream after `layers` decoder layers (transformers' hidden_states[layers]), RMS-normalised
+    without a learned scale: what our cached passes return as `middle`."""
+    with torch.no_grad():
+        x = model(torch.as_tensor(tokens), output_hidden_states=True).hidden_states[layers].double().numpy()
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)

@@ -6,11 +6,12 @@ import pytest
 import transformers
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from tests.models.hf_reference import VOCAB, hf_config, logits_and_hidden
+from tests.models.hf_reference import VOCAB, hf_config, logits_and_hidden, middle_states
 from trace_jax.models import forward, hf_io, init_cache, init_params
 from trace_jax.models.config import config_from_hf
 from trace_jax.models.presets import get_preset
 from trace_jax.models.rope import inv_frequencies
+from trace_jax.models.transformer import middle_layers
 
 FAMILIES = ["qwen3", "qwen2", "llama"]
 TOL = 1e-4
@@ -26,20 +27,22 @@ def test_full_sequence_matches_transformers(hf_checkpoint, family):
     out = _forward(config, params, tokens, positions)
     logits, hidden, cache = out.logits, out.hidden, out.cache
     ref_logits, ref_hidden = logits_and_hidden(model, tokens)
-    assert cache is None
+    assert cache is None and out.middle is None  # the middle layer's states are a sampler feature only
     np.testing.assert_allclose(np.asarray(logits), ref_logits, atol=TOL, rtol=0)
     np.testing.assert_allclose(np.asarray(hidden), ref_hidden, atol=TOL, rtol=0)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_cached_incremental_decoding_matches_full_pass(hf_checkpoint, family):
-    """Rows of different prefix lengths share a batch: prefill, token-by-token decode, then a ragged chunk."""
+    """Rows of different prefix lengths share a batch: prefill, token-by-token decode, then a ragged chunk.
+    The middle layer's normalised residual stream (a predictor feature) matches transformers' too."""
     path, model = hf_checkpoint(family)
     config, params = hf_io.load(path)
     schedule = [(7, 3, 5), (1, 1, 1), (1, 1, 1), (1, 1, 1), (2, 0, 3), (1, 1, 1)]
     total = np.sum(schedule, axis=0)
     full = np.random.RandomState(2).randint(0, VOCAB, (3, int(total.max())))
     ref_logits, ref_hidden = logits_and_hidden(model, full)
+    ref_middle = middle_states(model, full, middle_layers(config), config.rms_norm_eps)
 
     cache = init_cache(config, batch=3, max_len=int(total.max()) + 2)
     consumed = np.zeros(3, int)
@@ -57,6 +60,7 @@ def test_cached_incremental_decoding_matches_full_pass(hf_checkpoint, family):
             want = slice(consumed[b], consumed[b] + c)
             np.testing.assert_allclose(np.asarray(logits[b, :c]), ref_logits[b, want], atol=TOL, rtol=0)
             np.testing.assert_allclose(np.asarray(hidden[b, :c]), ref_hidden[b, want], atol=TOL, rtol=0)
+            np.testing.assert_allclose(np.asarray(out.middle[b, :c]), ref_middle[b, want], atol=TOL, rtol=0)
         consumed += counts
         np.testing.assert_array_equal(np.asarray(cache.lengths), consumed)
 

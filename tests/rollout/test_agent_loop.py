@@ -70,7 +70,7 @@ def test_anchors_hold_data_and_the_engine_knows_where_their_prefixes_live(tiny_s
     for tree, node in anchors:
         ref = engine.prefix_of(tree, node.id)
         assert node.prefix_length == ref.length == len(tree.context(node.id))
-        assert node.hidden.shape == (tiny_setup.config.hidden_size,)
+        assert node.hidden.shape == (2 * tiny_setup.config.hidden_size,)  # final and middle layer
     for tree in trees:
         assert all(not tree.is_anchor(leaf.id) for leaf in tree.leaves())
 

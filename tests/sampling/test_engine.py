@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from trace_jax.models import forward, init_params
+from trace_jax.models import forward, init_cache, init_params
 from trace_jax.models.presets import get_preset
 from trace_jax.sampling import SamplingParams, decode, extend, generate, start, tree_expand
 from trace_jax.sampling import engine
@@ -20,11 +20,20 @@ def _prompts(lengths, seed=0):
 
 
 def _full_logprobs(sequence):
-    """log softmax of a full no-cache forward pass over one sequence: [len, V]."""
+    """log softmax of a full no-cache forward pass over one sequence: [len, V], and the sampler's features
+    at the last token from a one-chunk cached pass (final hidden state, then the middle layer's): [2D]."""
     seq = np.asarray(sequence)[None]
-    out = forward(CONFIG, PARAMS, seq, np.arange(seq.shape[1])[None])
-    logits, hidden = out.logits, out.hidden
-    return np.asarray(jax.nn.log_softmax(logits[0], -1)), np.asarray(hidden[0])
+    positions = np.arange(seq.shape[1])[None]
+    out = forward(CONFIG, PARAMS, seq, positions)
+    one_chunk = forward(CONFIG, PARAMS, seq, positions, init_cache(CONFIG, 1, seq.shape[1]))
+    features = np.concatenate([np.asarray(out.hidden[0, -1]), np.asarray(one_chunk.middle[0, -1])])
+    return np.asarray(jax.nn.log_softmax(out.logits[0], -1)), features
+
+
+def _full_hidden(sequence):
+    """Final hidden states of a full no-cache pass over one sequence: [len, D]."""
+    seq = np.asarray(sequence)[None]
+    return np.asarray(forward(CONFIG, PARAMS, seq, np.arange(seq.shape[1])[None]).hidden[0])
 
 
 def _check_against_full_pass(prefix, tokens, logprobs, entropy=None, hidden=None):
@@ -35,7 +44,7 @@ def _check_against_full_pass(prefix, tokens, logprobs, entropy=None, hidden=None
         np.testing.assert_allclose(entropy[: len(tokens)], -(np.exp(log_p[steps]) * log_p[steps]).sum(-1),
                                    atol=1e-4, rtol=0)
     if hidden is not None:
-        np.testing.assert_allclose(hidden, full_hidden[-1], atol=1e-4, rtol=0)
+        np.testing.assert_allclose(hidden, full_hidden, atol=1e-4, rtol=0)
 
 
 def test_generate_logprobs_entropy_and_hidden_match_full_forward():
@@ -75,12 +84,12 @@ def test_pooled_state_sums_the_prefilled_tokens_hidden_states_only():
     prompts = _prompts([40, 7], seed=5)
     state = start(CONFIG, PARAMS, prompts, max_chunk=16)
     for i, prompt in enumerate(prompts):
-        np.testing.assert_allclose(np.asarray(state.pooled[i]), _full_logprobs(prompt)[1].sum(0), atol=2e-3, rtol=1e-4)
+        np.testing.assert_allclose(np.asarray(state.pooled[i]), _full_hidden(prompt).sum(0), atol=2e-3, rtol=1e-4)
     gen, state = decode(CONFIG, PARAMS, state, SAMPLING, seed=0, row_ids=[0, 1])
     observations = _prompts([5, 0], seed=6)
     after = extend(CONFIG, PARAMS, state, observations)
     for i, prompt in enumerate(prompts):
-        full = _full_logprobs(prompt + gen.row(i) + observations[i])[1]
+        full = _full_hidden(prompt + gen.row(i) + observations[i])
         prefilled = list(range(len(prompt))) + list(range(len(prompt) + len(gen.row(i)), len(full)))
         np.testing.assert_allclose(np.asarray(after.pooled[i]), full[prefilled].sum(0), atol=2e-3, rtol=1e-4)
 

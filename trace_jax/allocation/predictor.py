@@ -1,8 +1,9 @@
 """The shared success predictor V_psi(H) ~ P(success | H, current policy) (METHOD.md section 3).
 
 Features (`FEATURIZERS`, chosen by `predictor.features`): blocks of one `featurize` row, all free
-by-products of sampling, never differentiated: the policy's final-layer hidden state at the prefix
-end, the mean-pooled final hidden state over the prompt's tokens (one per tree), and scalars (turn
+by-products of sampling, never differentiated: the policy's final-normed hidden state at the prefix
+end, its residual stream there after half the layers (RMS-normalised; "layers" featurizers), the
+mean-pooled final hidden state over the prompt's tokens (one per tree), and scalars (turn
 index, tool calls so far, prefix length),
 standardised by the replay buffer's mean and standard deviation per column (so a scalar such as
 prefix length is not drowned by the hidden dimensions; `normalize="layernorm"` is the older
@@ -27,12 +28,13 @@ from flax import nnx
 from trace_jax.rollout.tree import Node, RolloutTree
 
 NUM_SCALARS = 3
-BLOCKS = ("hidden", "prompt_mean", "scalars")  # the column blocks of a `featurize` row, in order
+BLOCKS = ("hidden", "middle", "prompt_mean", "scalars")  # the column blocks of a `featurize` row, in order
 # The featurizer registry: name -> the blocks the predictor's MLP sees.
 FEATURIZERS: dict[str, tuple[str, ...]] = {
     "hidden+scalars": ("hidden", "scalars"),
     "hidden": ("hidden",),
     "scalars": ("scalars",),
+    "layers+scalars": ("hidden", "middle", "scalars"),
     "prompt_mean+scalars": ("prompt_mean", "scalars"),
     "prompt_mean+hidden+scalars": ("prompt_mean", "hidden", "scalars"),
 }
@@ -40,7 +42,7 @@ FEATURIZERS: dict[str, tuple[str, ...]] = {
 
 def feature_width(hidden_size: int) -> int:
     """Columns of a `featurize` row for a policy of this hidden size."""
-    return 2 * hidden_size + NUM_SCALARS
+    return 3 * hidden_size + NUM_SCALARS
 _BATCH = 256  # training/prediction rows are padded to multiples of this (one compiled shape)
 
 
@@ -50,8 +52,8 @@ def scalar_features(node: Node) -> np.ndarray:
 
 
 def featurize(tree: RolloutTree, node: Node) -> np.ndarray:
-    """[2D + 3] features of the prefix ending at this node's boundary: its hidden state, the tree's
-    mean-pooled prompt state, then the scalars (`BLOCKS`)."""
+    """[3D + 3] features of the prefix ending at this node's boundary: its final and middle-layer states
+    (the node's [2D] `hidden`), the tree's mean-pooled prompt state, then the scalars (`BLOCKS`)."""
     if node.hidden is None:
         raise ValueError(f"node {node.id} of task {tree.task.id} has no hidden state (not an anchor)")
     hidden = np.asarray(node.hidden, np.float32)
@@ -83,7 +85,8 @@ class PredictorConfig:
       weight_cap: cap on the leaf-count weight n_y of a target.
       features: the featurizer (a key of FEATURIZERS): which blocks of `featurize` the MLP sees:
         "hidden+scalars" (default), "hidden" (the boundary hidden state alone), "scalars" (turn index,
-        tool calls, prefix length alone), "prompt_mean+scalars" (the mean-pooled prompt state: one
+        tool calls, prefix length alone), "layers+scalars" (the final and the middle layer's states at the
+        boundary, with the scalars), "prompt_mean+scalars" (the mean-pooled prompt state: one
         vector per prompt, blind to the prefix's turns) or "prompt_mean+hidden+scalars".
       normalize: "standardize" (per column, by the replay buffer's mean and std) or "layernorm" (per row).
       loss: "bce" (weighted binary cross-entropy toward V(y)) or "mse" (weighted squared error of
@@ -109,12 +112,13 @@ class PredictorConfig:
 
 
 def feature_columns(features: str, num_features: int) -> np.ndarray:
-    """Indices into a `featurize` row [hidden (D), prompt_mean (D), scalars] of the featurizer's blocks."""
-    d = (num_features - NUM_SCALARS) // 2
-    if 2 * d + NUM_SCALARS != num_features:
-        raise ValueError(f"{num_features} features is not a featurize row width (2 x hidden size + {NUM_SCALARS})")
-    spans = {"hidden": np.arange(d), "prompt_mean": np.arange(d, 2 * d),
-             "scalars": np.arange(2 * d, num_features)}
+    """Indices into a `featurize` row [hidden (D), middle (D), prompt_mean (D), scalars] of the featurizer's
+    blocks."""
+    d = (num_features - NUM_SCALARS) // 3
+    if 3 * d + NUM_SCALARS != num_features:
+        raise ValueError(f"{num_features} features is not a featurize row width (3 x hidden size + {NUM_SCALARS})")
+    spans = {"hidden": np.arange(d), "middle": np.arange(d, 2 * d), "prompt_mean": np.arange(2 * d, 3 * d),
+             "scalars": np.arange(3 * d, num_features)}
     return np.concatenate([spans[b] for b in FEATURIZERS[features]])
 
 

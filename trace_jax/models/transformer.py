@@ -229,6 +229,7 @@ class Transformer(nnx.Module):
         sin, cos = sin_cos(c, positions)
         x = self.embed_tokens(tokens)
         layer_def, layer_state = nnx.split(self.layers)
+        middle = None
 
         if cache is None:
             mask = CausalMask(valid)
@@ -257,11 +258,25 @@ class Transformer(nnx.Module):
                 x, (k, v) = layer(x, sin, cos, mask, (cache.k[i], cache.v[i]), write_slots)
                 ks.append(k)
                 vs.append(v)
+                if i + 1 == middle_layers(c):
+                    middle = _rms_normalize(x, c.rms_norm_eps)
             k, v = tuple(ks), tuple(vs)
             new_cache = KVCache(k=k, v=v, lengths=cache.lengths + valid.sum(axis=1, dtype=jnp.int32))
 
         hidden = self.norm(x)
-        return (self.unembed(hidden) if return_logits else None), hidden, new_cache
+        return (self.unembed(hidden) if return_logits else None), hidden, middle, new_cache
+
+
+def middle_layers(config: ModelConfig) -> int:
+    """How many decoder layers the `middle` residual stream of a cached pass has gone through: half of
+    them, rounded down, at least one (the success predictor's second layer of features)."""
+    return max(1, config.num_layers // 2)
+
+
+def _rms_normalize(x, eps: float):
+    """x / rms(x) over the model width, without a learned scale (the residual stream at unit scale)."""
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
 
 
 def _cached_mask(lengths, valid, max_len):
@@ -304,6 +319,9 @@ class ForwardOutput:
     logits: jax.Array | None  # [B, S, V] in the compute dtype; None with return_logits=False
     hidden: jax.Array  # [B, S, D] final-normed hidden states
     cache: KVCache | None  # the cache with the chunk written (None for a full-sequence pass)
+    # [B, S, D] the residual stream after `middle_layers(config)` layers, RMS-normalised (no learned scale):
+    # computed by cached passes (the sampler's, a feature of the success predictor), None without a cache.
+    middle: jax.Array | None = None
 
 
 def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCache | None = None,
@@ -324,12 +342,12 @@ def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCac
         last position's logits applies `unembed` to that hidden state instead of [B, S, V].
 
     Returns:
-      ForwardOutput(logits, hidden, cache).
+      ForwardOutput(logits, hidden, cache, middle).
     """
     model = nnx.merge(_abstract(config)[0], params)
-    logits, hidden, cache = model(tokens, positions, cache=cache, attention_mask=attention_mask,
-                                  return_logits=return_logits)
-    return ForwardOutput(logits=logits, hidden=hidden, cache=cache)
+    logits, hidden, middle, cache = model(tokens, positions, cache=cache, attention_mask=attention_mask,
+                                          return_logits=return_logits)
+    return ForwardOutput(logits=logits, hidden=hidden, cache=cache, middle=middle)
 
 
 def unembed(config: ModelConfig, params: Params, hidden):

@@ -32,7 +32,7 @@ class Node:
     success: bool = False
     tool_calls: int = 0  # tool calls made up to and including this turn
     prefix_length: int | None = None  # tokens of the prefix ending after this node's observation
-    hidden: np.ndarray | None = None  # policy hidden state at the boundary (predictor feature)
+    hidden: np.ndarray | None = None  # [2D] final and middle-layer states at the boundary (predictor features)
     expanded: int = 0  # continuations sampled from this node as an anchor (beyond its first path)
     origin: int = 0  # the anchor the branch this turn belongs to was sampled from (0: a root rollout)
     prompt_mean: np.ndarray | None = None  # the root only: mean final hidden state over the prompt's tokens
@@ -54,7 +54,7 @@ class RolloutTree:
         return node
 
     def mark_anchor(self, node_id: int, *, prefix_length: int, hidden: np.ndarray) -> None:
-        """Records that the prefix after `node_id` was prefilled: its length and final hidden state."""
+        """Records that the prefix after `node_id` was prefilled: its length and hidden states (as `SamplerState`'s)."""
         node = self.nodes[node_id]
         node.prefix_length, node.hidden = prefix_length, hidden
 

@@ -42,7 +42,8 @@ class Generation:
       entropy: [n, N] float32 entropy of that distribution at each step, or None.
       lengths: [n] new tokens per row.
       stopped: [n] True where the row ended on a stop id (else it hit max_new_tokens).
-      hidden: [n, D] final-layer hidden state at each row's last token.
+      hidden: [n, 2D] the success predictor's features at each row's last token: the final-normed hidden
+        state, then the residual stream after half the layers (RMS-normalised; `SamplerState.hidden`).
     """
 
     tokens: np.ndarray
@@ -71,16 +72,22 @@ def _append_body(config: ModelConfig, params: Params, state: SamplerState, token
     fed = forward(config, params, tokens, slots, state.cache, mask, return_logits=False)
     hidden = fed.hidden
     count = mask.sum(axis=1)
-    last_hidden = hidden[jnp.arange(B), jnp.maximum(count - 1, 0)]
+    last = (jnp.arange(B), jnp.maximum(count - 1, 0))
+    last_hidden = hidden[last]
     logits = unembed(config, params, last_hidden).astype(jnp.float32)
     changed = (count > 0)[:, None]
     return SamplerState(
         cache=fed.cache,
         tokens=state.tokens.at[jnp.arange(B)[:, None], slots].set(tokens, mode="drop"),
         logits=jnp.where(changed, logits, state.logits),
-        hidden=jnp.where(changed, last_hidden, state.hidden),
+        hidden=jnp.where(changed, features(last_hidden, fed.middle[last]), state.hidden),
         pooled=state.pooled + jnp.einsum("bc,bcd->bd", mask.astype(jnp.float32), hidden.astype(jnp.float32)),
     )
+
+
+def features(hidden, middle):
+    """A state's `hidden` field: [..., 2D] the final-normed hidden state, then the middle layers' (`state.py`)."""
+    return jnp.concatenate([hidden, middle.astype(hidden.dtype)], axis=-1)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
@@ -144,7 +151,7 @@ def _decode(config: ModelConfig, sampling: SamplingParams, steps: int, mesh, par
             cache=fed.cache,
             tokens=state.tokens.at[rows, lengths].set(token, mode="drop"),
             logits=jnp.where(live[:, None], fed.logits[:, 0].astype(jnp.float32), state.logits),
-            hidden=jnp.where(live[:, None], fed.hidden[:, 0], state.hidden),
+            hidden=jnp.where(live[:, None], features(fed.hidden[:, 0], fed.middle[:, 0]), state.hidden),
             pooled=state.pooled,
         ), mesh)
         done = done | hit_stop | (positions + out["lengths"] >= N)

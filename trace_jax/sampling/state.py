@@ -1,8 +1,9 @@
 """Sampler state (KV cache + token history + next-token logits + last hidden) and shape buckets.
 
 A `SamplerState` row is a prefix ready to be continued: its cache holds every token so far,
-`logits` are the next-token logits after the last one, `hidden` is the final-layer hidden
-state at the last token (the success predictor's feature), `pooled` the sum of the final-layer
+`logits` are the next-token logits after the last one, `hidden` holds the success predictor's features
+at the last token (the final-normed hidden state, then the residual stream after half the layers,
+RMS-normalised: `transformer.middle_layers`), `pooled` the sum of the final-layer
 hidden states of every prefilled (appended, not decoded) token: right after the prompt's prefill,
 its length times the mean-pooled prompt state. Rows fork by one gather (`fork.py`).
 Batch and length are rounded up to a few bucket sizes so a long run compiles a handful of
@@ -36,7 +37,7 @@ class SamplerState:
     cache: KVCache
     tokens: jax.Array  # [B, T] int32: the token in each cache slot
     logits: jax.Array  # [B, V] float32: next-token logits after each row's last token
-    hidden: jax.Array  # [B, D]: final-layer hidden state at each row's last token
+    hidden: jax.Array  # [B, 2D]: at each row's last token, the final-normed hidden state, then the middle layer's
     pooled: jax.Array  # [B, D] float32: sum of the final-layer hidden states of the prefilled tokens
 
     @property
@@ -116,7 +117,7 @@ def empty_state(config: ModelConfig, batch: int, capacity: int, mesh: Mesh | Non
         cache=init_cache(config, batch, capacity),
         tokens=jnp.zeros((batch, capacity), jnp.int32),
         logits=jnp.zeros((batch, config.vocab_size), jnp.float32),
-        hidden=jnp.zeros((batch, config.hidden_size), config.jnp_dtype),
+        hidden=jnp.zeros((batch, 2 * config.hidden_size), config.jnp_dtype),
         pooled=jnp.zeros((batch, config.hidden_size), jnp.float32),
     ), mesh)
 
