@@ -21,6 +21,25 @@ def test_oracle_demonstrations_train_only_assistant_tokens(tiny_setup):
     assert batch["mask"].sum() == sum(sum(m[1:]) for _, m in demos)
 
 
+def test_oracle_demonstrations_can_be_limited_to_easy_tasks(tiny_setup, tmp_path):
+    """sft.max_difficulty: a warm start on the easy questions only (one search per hop, no mistakes); a config
+    that also names a conversations file is refused (the cap would be ignored)."""
+    renderer, tokenizer = tiny_setup.policy.renderer, tiny_setup.tokenizer
+    assert {t.difficulty for t in tiny_setup.source.tasks("train")} == {1, 2, 3, 4}
+    for cap, searches in ((1, {1}), (2, {1, 2}), (0, {1, 2, 3, 4})):
+        demos = oracle_demonstrations(tiny_setup.source, renderer, num=30, mistake_rate=0.0, seed=0, max_difficulty=cap)
+        assert {tokenizer.decode([i for i, m in zip(ids, mask) if m]).count("Action: search[")
+                for ids, mask in demos} == searches
+    from trace_jax.config_files import default_config
+    from trace_jax.run_config import ConfigError, from_config_dict
+    c = default_config()
+    path = tmp_path / "conversations.jsonl"
+    path.write_text("{}\n")
+    c.sft.update(max_difficulty=1, data_path=str(path))
+    with pytest.raises(ConfigError, match="sft.max_difficulty"):
+        from_config_dict(c.to_dict())
+
+
 def test_user_conversations_jsonl(tiny_setup, tmp_path):
     renderer = tiny_setup.policy.renderer
     source = tiny_setup.source

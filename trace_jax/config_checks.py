@@ -49,6 +49,7 @@ FIELD_RANGES: dict[str, Range] = {
     "task.f1_success": _PROBABILITY,
     "sft.steps": _AT_LEAST_0, "sft.batch_size": _AT_LEAST_1, "sft.learning_rate": _POSITIVE,
     "sft.num_demos": _AT_LEAST_1, "sft.mistake_rate": _PROBABILITY, "sft.max_len": Range(2),
+    "sft.max_difficulty": _AT_LEAST_0,
     "rl.steps": _AT_LEAST_0, "rl.temperature": _POSITIVE, "rl.top_p": Range(0, 1, low_open=True),
     "rl.max_new_tokens": _AT_LEAST_1, "rl.eval_every": _AT_LEAST_0, "rl.train_prompts": _AT_LEAST_0,
     "rl.decode_chunk": _AT_LEAST_0, "rl.decode_slots": _AT_LEAST_0,
@@ -147,6 +148,9 @@ def check_consistency(run: RunConfig) -> None:
     if not 1 <= run.task.max_turns <= MAX_TURNS:
         raise ConfigError(f"config field 'task.max_turns'={run.task.max_turns} must be in [1, {MAX_TURNS}] (every "
                           "turn of a branch draws its own sampling keys from a fixed per-branch range)")
+    if run.sft.max_difficulty and run.sft.data_path:
+        raise ConfigError(f"config fields 'sft.max_difficulty'={run.sft.max_difficulty} and 'sft.data_path' conflict: "
+                          "the difficulty cap chooses oracle demonstrations, a data file replaces them")
     if abs(run.loss.temperature - run.rl.temperature) > 1e-9:
         raise ConfigError(f"config fields 'loss.temperature'={run.loss.temperature} and 'rl.temperature'="
                           f"{run.rl.temperature} conflict: the learner must score tokens at the sampling temperature")

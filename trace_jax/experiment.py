@@ -241,7 +241,8 @@ def warm_start(setup: Setup, workdir: str, writer: MetricWriter):
         demos = conversation_demonstrations(run.sft.data_path, setup.renderer)
     else:
         demos = oracle_demonstrations(setup.source, setup.renderer, num=run.sft.num_demos,
-                                      mistake_rate=run.sft.mistake_rate, seed=run.seed)
+                                      mistake_rate=run.sft.mistake_rate, seed=run.seed,
+                                      max_difficulty=run.sft.max_difficulty)
     cut = sum(len(d[0]) > run.sft.max_len for d in demos)
     log(f"{len(demos)} demonstrations, mean {np.mean([len(d[0]) for d in demos]):.0f} tokens; {cut} longer than "
         f"sft.max_len={run.sft.max_len} are truncated")

@@ -93,6 +93,8 @@ class SFTSection:
       mistake_rate: the oracle's mistake rate (recoveries teach robustness).
       data_path: a JSONL of conversations to use instead of oracle demonstrations.
       max_len: demonstrations are cut to this many tokens.
+      max_difficulty: oracle demonstrations only of training tasks up to this difficulty (hops, steps,
+        calls; 0 = every task): a warm start on the easy part of the pool, RL over all of it.
     """
 
     steps: int = 800
@@ -102,6 +104,7 @@ class SFTSection:
     mistake_rate: float = 0.1
     data_path: str = ""
     max_len: int = 512
+    max_difficulty: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -259,7 +262,7 @@ RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode
 # the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
 ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": "",
                 "task.search_url": "", "task.action_format": "react", "task.thinking": True, "task.f1_success": 0.0,
-                "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": False}
+                "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": False, "sft.max_difficulty": 0}
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -25,10 +25,14 @@ from trace_jax.sampling.state import batch_bucket, length_bucket
 
 
 def oracle_demonstrations(source: TaskSource, renderer: ReactRenderer, *, num: int, mistake_rate: float,
-                          seed: int, only_successful: bool = True) -> list[tuple[list[int], list[bool]]]:
-    """Rendered (ids, trained-mask) demonstrations from the oracle on the train split."""
+                          seed: int, only_successful: bool = True,
+                          max_difficulty: int = 0) -> list[tuple[list[int], list[bool]]]:
+    """Rendered (ids, trained-mask) demonstrations from the oracle on the train split (its tasks up to
+    `max_difficulty` when > 0)."""
     env, oracle = source.make_env(), source.oracle(mistake_rate)
-    tasks = source.tasks("train")
+    tasks = [t for t in source.tasks("train") if not max_difficulty or t.difficulty <= max_difficulty]
+    if not tasks:
+        raise ValueError(f"no training task has difficulty <= sft.max_difficulty={max_difficulty}")
     rng = np.random.default_rng(seed)
     demos: list[tuple[list[int], list[bool]]] = []
     for i in rng.permutation(len(tasks)).tolist() * max(1, -(-num // max(len(tasks), 1))):

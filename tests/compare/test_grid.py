@@ -108,7 +108,8 @@ def test_every_domain_config_validates_with_one_shared_sft_recipe(name, source, 
 
 def test_the_mixed_difficulty_pool_is_multi_hop_one_to_four_hops():
     from configs import compare_math
-    assert compare_multihop.get_config("mixed").task.max_difficulty == 4
+    mixed = compare_multihop.get_config("mixed")
+    assert (mixed.task.max_difficulty, mixed.sft.max_difficulty) == (4, 2)
     assert compare_multihop.get_config().task.max_difficulty == 2
     with pytest.raises(ConfigError, match="multi-hop source, not 'math'"):
         compare_math.get_config("mixed")

@@ -58,6 +58,7 @@ def _updated(update):
     ({"budget.prompts": 40}, "budget.prompts"),
     ({"model.preset": "gigantic"}, "unknown preset"),
     ({"predictor.features": "tokens"}, "predictor"),
+    ({"sft.max_difficulty": -1}, "sft.max_difficulty"),
 ])
 def test_bad_fields_are_named(update, culprit):
     with pytest.raises(ConfigError, match=culprit.replace(".", r"\.")):
