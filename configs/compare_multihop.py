@@ -10,8 +10,9 @@ quickstart's), 60 RL steps at M=32 rollouts per step, 3 seeds, held-out accuracy
 TreePO on the others), greedy held-out success on 1000 tasks of the separate eval generator (multi-hop:
 its 123 test-split questions, see the README) every 30 steps, mean-of-8 on 250 of them after the last
 step; every finished run kept in experiments/results/powered_<task>/, from which a fresh workdir resumes.
-Add `--ablation=stages|stage2|lambda_local|featurizer|advantage` for TRACE's ablations, `--study=mechanism`
-for the frozen-policy mechanism study (no training; `:runlocal` about 10 min after the SFT).
+`:mixed`: a 1-4 hop pool after a warm start on its 1-2 hop questions (the mixed-difficulty regime; README,
+"Mechanism"). Add `--ablation=stages|stage2|lambda_local|featurizer|advantage` for TRACE's ablations,
+`--study=mechanism` for the frozen-policy mechanism study (no training; `:runlocal` about 10 min after the SFT).
 
 Expected runtime on a 2-core CPU: about 55 min (SFT about 5); `:runlocal` about 13 min from scratch.
 Measurements: README, "Allocator comparison at equal budget".
