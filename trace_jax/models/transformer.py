@@ -96,9 +96,7 @@ class RMSNorm(nnx.Module):
         self.eps = eps
 
     def __call__(self, x):
-        x32 = x.astype(jnp.float32)
-        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return self.scale[...].astype(x.dtype) * normed.astype(x.dtype)
+        return self.scale[...].astype(x.dtype) * _rms_normalize(x, self.eps)
 
 
 def _linear(config: ModelConfig, d_in: int, d_out: int, bias: bool, rngs: nnx.Rngs) -> nnx.Linear:
@@ -230,7 +228,6 @@ class Transformer(nnx.Module):
         x = self.embed_tokens(tokens)
         layer_def, layer_state = nnx.split(self.layers)
         middle = None
-
         if cache is None:
             mask = CausalMask(valid)
 
@@ -260,21 +257,19 @@ class Transformer(nnx.Module):
                 vs.append(v)
                 if i + 1 == middle_layers(c):
                     middle = _rms_normalize(x, c.rms_norm_eps)
-            k, v = tuple(ks), tuple(vs)
-            new_cache = KVCache(k=k, v=v, lengths=cache.lengths + valid.sum(axis=1, dtype=jnp.int32))
+            new_cache = KVCache(k=tuple(ks), v=tuple(vs), lengths=cache.lengths + valid.sum(axis=1, dtype=jnp.int32))
 
         hidden = self.norm(x)
         return (self.unembed(hidden) if return_logits else None), hidden, middle, new_cache
 
 
 def middle_layers(config: ModelConfig) -> int:
-    """How many decoder layers the `middle` residual stream of a cached pass has gone through: half of
-    them, rounded down, at least one (the success predictor's second layer of features)."""
+    """Decoder layers behind a cached pass's `middle` states (a predictor feature): half, at least one."""
     return max(1, config.num_layers // 2)
 
 
 def _rms_normalize(x, eps: float):
-    """x / rms(x) over the model width, without a learned scale (the residual stream at unit scale)."""
+    """x / rms(x) over the model width in float32, no learned scale."""
     x32 = x.astype(jnp.float32)
     return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
 
