@@ -7,8 +7,8 @@ The checkpoint is a local HF directory (config.json, *.safetensors, tokenizer fi
 downloaded. Several hosts: add `--distributed` (TPU pods, SLURM), elsewhere also
 `--coordinator_address=HOST0:1234 --num_processes=N --process_id=K` per host, with the checkpoint, data
 and a shared workdir at the same paths. Will it fit? `python experiments/dry_run.py --config
-configs/qwen3_8b_multihop.py --devices 8`: not at this budget (README, "Scaling out"). Expected runtime:
-hours on 8 H100s.
+configs/qwen3_8b_multihop.py --devices 8`: on 8 H100s or v5p yes (largest program 57.0 GiB in XLA-CPU's
+plan), on 8 v5e no (learner step 29.0 GiB; README, "Scaling out"). Expected runtime: hours on 8 H100s.
 """
 
 from trace_jax.config_files import config_args, default_config
@@ -20,8 +20,12 @@ def paper_scale(checkpoint: str, size: str = "8b"):
     c.model.update(preset=f"qwen3-{size}", checkpoint=checkpoint, param_dtype="bfloat16", dtype="bfloat16")
     c.task.update(max_turns=8, max_tokens=4096, search_top_k=3, search_words=100)
     c.sft.update(steps=0)  # instruction-tuned checkpoints act in ReAct directly
-    c.rl.update(steps=200, max_new_tokens=512, eval_every=20)
-    c.learner.update(learning_rate=1e-6, micro_batch=8)  # one sequence per device of the fsdp=8 mesh
+    # Decoding in waves: 32 rows decode at once (continuous batching, 64-token chunks), and no rollout's cache
+    # row outlives its expansion (a fork prefills its anchor's prefix again): the live KV cache is 64 rows,
+    # not the step's 512 (README, "Scaling out": 512 rows of 5120 tokens do not fit any device).
+    c.rl.update(steps=200, max_new_tokens=512, eval_every=20, decode_chunk=64, decode_slots=32, keep_prefixes=False)
+    # one sequence per device of the fsdp=8 mesh; each layer recomputed in the backward pass (README, "Scaling out")
+    c.learner.update(learning_rate=1e-6, micro_batch=8, remat="layer")
     c.budget.update(rollouts=512, prompts=64, candidates=256, m_max=16, rounds=2)
     c.eval.update(num_tasks=1000, pass_k=4)
     c.checkpoint.keep = 3

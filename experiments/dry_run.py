@@ -4,12 +4,21 @@ config's mesh, budget and lengths:
 
   - learner: the sharded train step (`rl/learner.py`) on the config's (data, fsdp, tensor) mesh, one
     optimizer step over the step's rollouts in micro-batches of `learner.micro_batch` sequences;
-  - decode: the sampler's decode loop over all live rows of a step (`budget.rollouts` rows, the unit
-    TRACE's `tree_expand` and every turn run), in the sampling layout (`parallel/rules.py`): rows over
-    data x fsdp, heads over tensor, params replicated over the batch axes ("replicated") or left
-    FSDP-sharded for XLA to gather layer by layer ("fsdp_gathered"); both are compiled;
+  - decode: the sampler's decode loop over the rows decoding at once (`rl.decode_slots`, the slot table of
+    continuous batching; without it all `budget.rollouts` rows of a step), in the sampling layout
+    (`parallel/rules.py`): rows over data x fsdp, heads over tensor, params replicated over the batch axes
+    ("replicated") or left FSDP-sharded for XLA to gather layer by layer ("fsdp_gathered"); both compiled;
   - prefill: one `MAX_CHUNK`-token prefill chunk (`extend`) into those rows;
   - tree_expand: the fork's row gather (`sampling/fork.py`) with a quarter of the rows from other shards.
+
+  - roots: one prefill chunk into the prompts' state (every candidate prompt is prefilled once, for the
+    predictor's features: `budget.candidates` rows at once, or waves of `rl.decode_slots` rows when
+    `rl.keep_prefixes=False`).
+
+Beside a sampler program, other sampler states stay resident on the device and are added to its total:
+with `rl.keep_prefixes=True` the prompts' state and the archive of finished rollouts' rows
+(`budget.rollouts` rows); with `rl.keep_prefixes=False` (no state outlives the call that made it) one wave
+of prefixes prefilled again for a fork (`rl.decode_slots` rows; `rollout/agent_loop.py`).
 
   python experiments/dry_run.py --config configs/qwen3_14b_multihop.py --devices 16
   python experiments/dry_run.py --config configs/qwen3_8b_multihop.py --devices 8
@@ -20,8 +29,9 @@ from `compiled.cost_analysis()` where XLA reports them (not inside loops), and `
 estimate beside it. Per device type, the sampling layout `to_sampling_layout` would pick there (replicated
 when a tensor shard of the params takes at most half the memory) and whether every program fits. The last
 line is one JSON object {"config", "devices", "mesh", "per_device_bytes": {"learner", "decode", "prefill",
-"tree_expand"} (on the smallest device type's layout), "per_device_bytes_by_device", "sampling_layout",
-"fits": {"v5e 16GiB": bool, "v5p 95GiB": bool, "H100 80GB": bool}, "source"}.
+"tree_expand", "roots"} (on the smallest device type's layout, resident states included),
+"per_device_bytes_by_device", "sampling_layout", "fits": {"v5e 16GiB": bool, "v5p 95GiB": bool, "H100 80GB":
+bool}, "decoding_rows", "resident_sampler_bytes", "source"}.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ if __name__ == "__main__":  # fake devices must exist before JAX starts
 import functools  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import tempfile  # noqa: E402
 
 import jax  # noqa: E402
@@ -101,18 +112,51 @@ def learner_program(run, model_config, mesh, context: int) -> dict:
     return _analysis(compiled, num_micro * micro * context, 2 * num_params(model_config))
 
 
-def sampler_programs(run, model_config, mesh, context: int, *, gather_fsdp: bool) -> dict:
+def decoding_rows(run, mesh) -> int:
+    """Rows of the state the decode loop runs on: the slot table, or every rollout of the step."""
+    return batch_bucket(run.rl.decode_slots or run.budget.rollouts, row_shards(mesh))
+
+
+def state_bytes_per_device(model_config, mesh, rows: int, capacity: int) -> int:
+    """One device's share of a sampler state of `rows` rows and `capacity` tokens in the sampling layout."""
+    shapes = jax.eval_shape(functools.partial(empty_state, model_config, batch_bucket(rows, row_shards(mesh)),
+                                              capacity))
+    specs = state_specs(shapes, mesh)
+    return sum(math.prod(NamedSharding(mesh, spec).shard_shape(x.shape)) * x.dtype.itemsize
+               for x, spec in zip(jax.tree.leaves(shapes), jax.tree.leaves(specs, is_leaf=lambda v: isinstance(v, P))))
+
+
+def prompt_rows(run) -> int:
+    """Rows of a prompts' state: every candidate at once, or (keep_prefixes=False) a wave of decode_slots."""
+    prompts = run.budget.candidates or run.budget.prompts
+    return prompts if run.rl.keep_prefixes or not run.rl.decode_slots else min(prompts, run.rl.decode_slots)
+
+
+def resident_states(run, model_config, mesh, context: int, prompt_tokens: int) -> dict[str, int]:
+    """The sampler states that stay on each device beside the one a program runs on (bytes per device)."""
+    if run.rl.keep_prefixes:
+        prompts = state_bytes_per_device(model_config, mesh, prompt_rows(run),
+                                         length_bucket(prompt_tokens + run.rl.max_new_tokens))
+        return {"prompts": prompts, "archive": state_bytes_per_device(model_config, mesh, run.budget.rollouts, context)}
+    return {"prefix_wave": state_bytes_per_device(model_config, mesh, decoding_rows(run, mesh), context)}
+
+
+def _state(model_config, mesh, rows: int, capacity: int):
+    shapes = jax.eval_shape(functools.partial(empty_state, model_config, rows, capacity))
+    return _abstract(shapes, jax.tree.map(lambda spec: NamedSharding(mesh, spec), state_specs(shapes, mesh)))
+
+
+def sampler_programs(run, model_config, mesh, context: int, prompt_tokens: int, *, gather_fsdp: bool) -> dict:
     """The decode loop and one prefill chunk in the sampling layout (`parallel/rules.py`): rows over
     data x fsdp, heads over tensor, params replicated over the batch axes or (`gather_fsdp`) FSDP-sharded."""
-    rows = batch_bucket(run.budget.rollouts, row_shards(mesh))
+    rows = decoding_rows(run, mesh)
     params = param_shapes(model_config)
     params = _abstract(params, sampling_param_shardings(params, mesh, gather_fsdp=gather_fsdp))
-    shapes = jax.eval_shape(functools.partial(empty_state, model_config, rows, context))
-    state = _abstract(shapes, jax.tree.map(lambda spec: NamedSharding(mesh, spec), state_specs(shapes, mesh)))
+    state = _state(model_config, mesh, rows, context)
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p, max_new_tokens=run.rl.max_new_tokens)
     replicated = NamedSharding(mesh, P())
 
-    def per_row(*shape, dtype):
+    def per_row(*shape, dtype, rows=rows):
         return jax.ShapeDtypeStruct((rows, *shape), dtype, sharding=NamedSharding(mesh, P(BATCH_AXES)))
 
     decode = engine._decode.lower(model_config, sampling, sampling.max_new_tokens, mesh, params, state,
@@ -126,10 +170,14 @@ def sampler_programs(run, model_config, mesh, context: int, *, gather_fsdp: bool
     width = batch_bucket(max(1, rows // shards // 4)) if shards > 1 else 0
     send = jax.ShapeDtypeStruct((shards * max(width, 1),), jnp.int32, sharding=NamedSharding(mesh, P(BATCH_AXES)))
     fork = _exchange.lower(state, per_row(dtype=jnp.int32), send, mesh, width).compile()
+    prompts = batch_bucket(prompt_rows(run), row_shards(mesh))
+    roots = engine._append.lower(model_config, mesh, params, _state(model_config, mesh, prompts, length_bucket(
+        prompt_tokens + run.rl.max_new_tokens)), per_row(chunk, dtype=jnp.int32, rows=prompts),
+                                 per_row(chunk, dtype=bool, rows=prompts)).compile()
     least = 2 * num_params(model_config)
     return {"decode": _analysis(decode, rows * run.rl.max_new_tokens, least),
             "prefill": _analysis(prefill, rows * chunk, least), "tree_expand": _analysis(fork, rows, least),
-            "rows": rows}
+            "roots": _analysis(roots, prompts * chunk, least), "rows": rows}
 
 
 def main():
@@ -141,22 +189,28 @@ def main():
     config = module.get_config(arg or None)
     config.model.checkpoint = tempfile.mkdtemp()  # validated as a path only: shapes come from the preset, no weights
     run = run_config.from_config_dict(config)
-    model_config = get_preset(run.model.preset, param_dtype=run.model.param_dtype, dtype=run.model.dtype)
+    model_config = get_preset(run.model.preset, param_dtype=run.model.param_dtype, dtype=run.model.dtype,
+                              remat=run.learner.remat)
     mesh = make_mesh(run.mesh.data, run.mesh.fsdp, run.mesh.tensor)
     context = length_bucket(args.prompt_tokens + run.task.max_tokens)
     print(f"{path}: {run.model.preset} ({run.model.param_dtype}), mesh {dict(mesh.shape)} on {len(jax.devices())} "
-          f"fake CPU devices, {run.budget.rollouts} rollouts per step, context {context} tokens, learner "
-          f"micro-batches of {run.learner.micro_batch}", flush=True)
+          f"fake CPU devices, {run.budget.rollouts} rollouts per step, {decoding_rows(run, mesh)} decoding at once "
+          f"(rl.decode_slots={run.rl.decode_slots}, rl.keep_prefixes={run.rl.keep_prefixes}), context {context} "
+          f"tokens, learner micro-batches of {run.learner.micro_batch} (remat {run.learner.remat})", flush=True)
+    resident = resident_states(run, model_config, mesh, context, args.prompt_tokens)
+    print("resident sampler states per device (added to each sampler program): " + ", ".join(
+        f"{k} {v / GIB:.2f} GiB" for k, v in resident.items()), flush=True)
     learner_bytes = learner_program(run, model_config, mesh, context)
-    layouts = {"replicated": sampler_programs(run, model_config, mesh, context, gather_fsdp=False),
-               "fsdp_gathered": sampler_programs(run, model_config, mesh, context, gather_fsdp=True)}
+    layouts = {layout: sampler_programs(run, model_config, mesh, context, args.prompt_tokens,
+                                        gather_fsdp=layout == "fsdp_gathered")
+               for layout in ("replicated", "fsdp_gathered")}
     shards = run.mesh.fsdp * run.mesh.tensor
     estimated = {
         "learner": estimate(model_config, rollout_rows=1, context=context, micro_batch=max(
             1, run.learner.micro_batch // (run.mesh.data * run.mesh.fsdp)), shards=shards),
         "decode": estimate(model_config, rollout_rows=layouts["replicated"]["rows"], context=context, micro_batch=1)}
     for layout, sampler in [(None, {"learner": learner_bytes})] + list(layouts.items()):
-        for name in ("learner", "decode", "prefill", "tree_expand"):
+        for name in ("learner", "decode", "prefill", "tree_expand", "roots"):
             if name not in sampler:
                 continue
             p = sampler[name]
@@ -176,8 +230,8 @@ def main():
     fits, layout_for, per_device = {}, {}, {}
     for device, limit in DEVICES.items():  # the layout `parallel/rules.to_sampling_layout` would pick there
         layout = "replicated" if replicated_sampling_fits(param_bytes, mesh, limit) else "fsdp_gathered"
-        programs = {"learner": learner_bytes["total"], **{k: layouts[layout][k]["total"]
-                                                          for k in ("decode", "prefill", "tree_expand")}}
+        programs = {"learner": learner_bytes["total"], **{k: layouts[layout][k]["total"] + sum(resident.values())
+                                                          for k in ("decode", "prefill", "tree_expand", "roots")}}
         layout_for[device], fits[device] = layout, max(programs.values()) <= limit
         per_device[device] = programs
         worst = max(programs, key=programs.get)
@@ -186,8 +240,10 @@ def main():
     smallest = min(DEVICES, key=DEVICES.get)
     print(json.dumps({"config": args.config, "devices": len(jax.devices()), "mesh": dict(mesh.shape),
                       "per_device_bytes": per_device[smallest], "per_device_bytes_by_device": per_device,
-                      "sampling_layout": layout_for, "fits": fits,
-                      "source": "compiled.memory_analysis() on fake CPU devices; sampler in the sampling layout"}))
+                      "sampling_layout": layout_for, "fits": fits, "decoding_rows": decoding_rows(run, mesh),
+                      "resident_sampler_bytes": resident,
+                      "source": "compiled.memory_analysis() on fake CPU devices (sampler programs plus the resident "
+                                "sampler states); sampler in the sampling layout"}))
 
 if __name__ == "__main__":
     main()

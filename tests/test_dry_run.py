@@ -19,7 +19,7 @@ def test_the_dry_run_reports_every_program_per_device():
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(result["per_device_bytes"]) == {"learner", "decode", "prefill", "tree_expand"}
+    assert set(result["per_device_bytes"]) == {"learner", "decode", "prefill", "tree_expand", "roots"}
     assert set(result["sampling_layout"].values()) <= {"replicated", "fsdp_gathered"}
     assert all(v > 0 for v in result["per_device_bytes"].values()) and all(result["fits"].values())
     assert "estimate (models/memory.py" in out.stdout
@@ -32,3 +32,33 @@ def test_a_micro_batch_the_mesh_cannot_split_is_named(tmp_path):
     with pytest.raises(run_config.ConfigError, match=r"'learner\.micro_batch'=4 and 'mesh' \(data x fsdp = 8\) "
                                                      r"conflict.*multiple of 8"):
         run_config.from_config_dict(c)
+
+
+def test_decoding_in_waves_bounds_the_resident_sampler_states(tmp_path):
+    """With a slot table and dropped prefixes, the decode loop runs on `rl.decode_slots` rows and what stays
+    resident beside it is one wave of prefixes, not the archive of every rollout of the step."""
+    import importlib.util
+
+    from trace_jax.models.presets import get_preset
+    from trace_jax.parallel.mesh import make_mesh
+
+    spec = importlib.util.spec_from_file_location("dry_run", os.path.join(REPO, "experiments", "dry_run.py"))
+    dry_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dry_run)
+    (tmp_path / "ckpt").mkdir()
+    c = qwen3_8b_multihop.get_config(f"checkpoint={tmp_path / 'ckpt'}")
+    c.mesh.update(data=1, fsdp=1, tensor=1)
+    c.learner.micro_batch = 1
+    c.rl.update(decode_chunk=16, decode_slots=64, keep_prefixes=True)
+    archived = run_config.from_config_dict(c)
+    c.rl.keep_prefixes = False
+    waves = run_config.from_config_dict(c)
+    mesh = make_mesh(1, 1, 1)
+    model = get_preset(archived.model.preset, param_dtype=archived.model.param_dtype, dtype=archived.model.dtype)
+    assert dry_run.decoding_rows(waves, mesh) == 64
+    kept = dry_run.resident_states(archived, model, mesh, 4608, 512)
+    dropped = dry_run.resident_states(waves, model, mesh, 4608, 512)
+    assert set(dropped) == {"prefix_wave"} and kept["prompts"] > 0
+    assert dropped["prefix_wave"] * archived.budget.rollouts == kept["archive"] * 64
+    # 36 layers x 8 KV heads x 128 x (k, v) x bf16 = 147456 bytes a token: 64 rows x 4608 tokens, plus small fields
+    assert 64 * 4608 * 147456 <= dropped["prefix_wave"] < 1.01 * 64 * 4608 * 147456

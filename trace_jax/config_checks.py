@@ -15,6 +15,7 @@ from trace_jax.envs import SOURCES
 from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
 from trace_jax.envs.formats import FORMATS
 from trace_jax.envs.tasks.datasets import DATASETS
+from trace_jax.models.config import REMAT_POLICIES
 from trace_jax.models.presets import PRESETS
 from trace_jax.rollout.agent_loop import MAX_TURNS
 from trace_jax.run_config import ConfigError, EvalSection, RunConfig, TaskSection, section_classes
@@ -43,7 +44,7 @@ _PROBABILITY = Range(0, 1)
 
 # Every numeric field of the plain sections and of the registry sections' base configs (entries'
 # own options are checked by their config classes). A field not listed here has no range.
-FIELD_RANGES: dict[str, Range] = {
+FIELD_RANGES: dict[str, Range | tuple[str, ...]] = {
     "task.seed": _AT_LEAST_0, "task.num_questions": _AT_LEAST_1, "task.max_difficulty": _AT_LEAST_0,
     "task.max_tokens": _AT_LEAST_1, "task.search_top_k": _AT_LEAST_1, "task.search_words": _AT_LEAST_1,
     "task.f1_success": _PROBABILITY,
@@ -53,6 +54,7 @@ FIELD_RANGES: dict[str, Range] = {
     "rl.steps": _AT_LEAST_0, "rl.temperature": _POSITIVE, "rl.top_p": Range(0, 1, low_open=True),
     "rl.max_new_tokens": _AT_LEAST_1, "rl.eval_every": _AT_LEAST_0, "rl.train_prompts": _AT_LEAST_0,
     "rl.decode_chunk": _AT_LEAST_0, "rl.decode_slots": _AT_LEAST_0,
+    "learner.remat": REMAT_POLICIES,
     "learner.learning_rate": _POSITIVE, "learner.weight_decay": _AT_LEAST_0, "learner.max_grad_norm": _POSITIVE,
     "learner.micro_batch": _AT_LEAST_1,
     "budget.rollouts": _AT_LEAST_1, "budget.prompts": _AT_LEAST_1, "budget.candidates": _AT_LEAST_1,

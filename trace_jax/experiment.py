@@ -74,7 +74,7 @@ class Setup:
         params = self.params if params is None else params
         return Policy(self.model_config, to_sampling_layout(params, self.mesh), self.sampling, self.renderer,
                       Batching(chunk=self.run.rl.decode_chunk, slots=self.run.rl.decode_slots,
-                               overlap_tools=self.run.rl.overlap_tools))
+                               overlap_tools=self.run.rl.overlap_tools, keep_prefixes=self.run.rl.keep_prefixes))
 
 
 def _world(task: run_config.TaskSection):
@@ -163,6 +163,7 @@ def build(config, workdir: str) -> Setup:
                     else ReactRenderer(tokenizer, action_format))
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p,
                               max_new_tokens=run.rl.max_new_tokens)
+    model_config = model_config.replace(remat=run.learner.remat)
     mesh_shape = (run.mesh.data, run.mesh.fsdp, run.mesh.tensor)
     mesh = make_mesh(*mesh_shape) if np.prod(mesh_shape) > 1 else None
     return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling,

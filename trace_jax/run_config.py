@@ -126,6 +126,10 @@ class RLSection:
         thread while the device decodes the next chunk of the others (those rows rejoin a chunk later: worth
         it when tools take time, e.g. a retrieval server); False: between chunks. Measured (experiments/bench_continuous.py): 1.24x tokens/s with 20 ms tool calls,
         0.91x-0.97x with instant ones (two runs).
+      keep_prefixes: True: finished rollouts' cache rows stay on the device so later forks reuse them;
+        False: they are dropped and a fork prefills its anchor's prefix again (counted in the ledger's
+        tokens_reprefilled), in waves of decode_slots anchors: the live cache is bounded by the slot
+        table, not the step's rollouts (paper-scale configs; `continuous.Batching.keep_prefixes`).
     """
 
     steps: int = 80
@@ -137,6 +141,7 @@ class RLSection:
     decode_chunk: int = 0
     decode_slots: int = 0
     overlap_tools: bool = False
+    keep_prefixes: bool = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -255,14 +260,15 @@ def from_config_dict(config) -> RunConfig:
 # field except those a resumed run may change (train longer, evaluate differently, another mesh).
 SFT_SETTINGS = ("model", "task", "sft")
 RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "eval",
-                      "checkpoint", "mesh")
+                      "checkpoint", "mesh", "learner.remat")
 
 
 # Fields added after runs were stored under `settings`: left out while they hold these values (which keep
 # the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
 ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": "",
                 "task.search_url": "", "task.action_format": "react", "task.thinking": True, "task.f1_success": 0.0,
-                "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": False, "sft.max_difficulty": 0}
+                "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": False, "sft.max_difficulty": 0,
+                "rl.keep_prefixes": True, "learner.remat": "dots"}
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -18,9 +18,9 @@ from trace_jax.envs.oracle import Trajectory, run_episode
 from trace_jax.envs.protocol import DataError, TaskSource
 from trace_jax.envs.render import ReactRenderer, render_trajectory
 from trace_jax.models.config import ModelConfig
-from trace_jax.models.transformer import Params, forward
+from trace_jax.models.transformer import Params
 from trace_jax.rl.learner import keep_if_finite
-from trace_jax.rl.losses import token_logprobs
+from trace_jax.rl.logprobs import sequence_logprobs
 from trace_jax.sampling.state import batch_bucket, length_bucket
 
 
@@ -94,10 +94,7 @@ def sft_step(config: ModelConfig, optimizer: optax.GradientTransformation, param
     """One step of token-mean cross-entropy on the trained (assistant) tokens."""
 
     def loss_fn(p):
-        B, L = batch["tokens"].shape
-        positions = jnp.broadcast_to(jnp.arange(L), (B, L))
-        logits = forward(config, p, batch["tokens"], positions, attention_mask=batch["valid"]).logits
-        logp, _ = token_logprobs(logits, batch["targets"], 1.0)
+        logp, _ = sequence_logprobs(config, p, batch["tokens"], batch["valid"], batch["targets"], 1.0)
         mask = batch["mask"].astype(jnp.float32)
         return -jnp.sum(logp * mask) / jnp.maximum(mask.sum(), 1.0)
 

@@ -209,6 +209,8 @@ def test_paper_configs_runlocal_end_to_end(files, tmp_path):
     c.sft.steps, c.rl.steps, c.eval.num_tasks = 10, 2, 4
     summary = train.train_and_evaluate(c, str(tmp_path))
     assert summary["steps"] == 2 and 0.0 <= summary["acc_after_rl"] <= 1.0
+    # the paper configs decode in waves: every fork's prefix was prefilled again, the prompts' at least
+    assert all(r.ledger.tokens_reprefilled > 0 for r in read_steps(str(tmp_path)))
     run = from_config_dict(qwen3_14b_hotpotqa.get_config(f"runlocal,train={files['hotpotqa']['train_path']}"))
     assert run.task.f1_success == 0.3 and run.model.preset == "mini" and run.mesh.fsdp == 1
     from configs import qwen3_8b_bfcl_multiturn  # its end-to-end run: test_bfcl_multi_turn_runlocal (slow)

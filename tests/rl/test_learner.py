@@ -9,7 +9,8 @@ import pytest
 from trace_jax import allocation
 from trace_jax.rl import learner
 from trace_jax.rl.advantages import AdvantageConfig, Sequence, estimate
-from trace_jax.rl.losses import LossConfig, ppo_clip, token_logprobs
+from trace_jax.rl.logprobs import sequence_logprobs, token_logprobs
+from trace_jax.rl.losses import LossConfig, ppo_clip
 from trace_jax.models import forward
 from trace_jax.rollout.agent_loop import RolloutEngine
 
@@ -27,7 +28,7 @@ def test_masked_tokens_get_no_gradient(aggregation):
     batch = _batch(rng)
     logits = jnp.asarray(rng.normal(size=(2, 6, 11)), jnp.float32)
     config = LossConfig(aggregation=aggregation)
-    grad = jax.grad(lambda lg: ppo_clip(lg, batch, config, 4.0)[0])(logits)
+    grad = jax.grad(lambda lg: ppo_clip(*token_logprobs(lg, batch["targets"], 1.0), batch, config, 4.0)[0])(logits)
     per_position = np.abs(np.asarray(grad)).sum(-1)
     assert (per_position[~np.asarray(batch["mask"])] == 0).all()
     assert (per_position[np.asarray(batch["mask"])] > 0).any()
@@ -38,9 +39,10 @@ def test_clipped_tokens_get_no_gradient():
     new_logprob = float(token_logprobs(logits, jnp.zeros((1, 1), jnp.int32), 1.0)[0][0, 0])
     batch = {"targets": jnp.zeros((1, 1), jnp.int32), "mask": jnp.ones((1, 1), bool),
              "advantages": jnp.ones((1, 1)), "old_logprobs": jnp.full((1, 1), new_logprob - 1.0)}  # ratio e > 1.28
-    grad = jax.grad(lambda lg: ppo_clip(lg, batch, LossConfig(), 1.0)[0])(logits)
+    grad = jax.grad(lambda lg: ppo_clip(*token_logprobs(lg, batch["targets"], 1.0), batch, LossConfig(),
+                                        1.0)[0])(logits)
     assert np.abs(np.asarray(grad)).max() == 0.0
-    _, metrics = ppo_clip(logits, batch, LossConfig(), 1.0)
+    _, metrics = ppo_clip(*token_logprobs(logits, batch["targets"], 1.0), batch, LossConfig(), 1.0)
     assert float(metrics["clip_fraction"]) == 1.0
 
 
@@ -63,6 +65,34 @@ def test_learner_logprobs_equal_the_samplers(tiny_setup, rollouts):
     mask = flat["mask"]
     assert mask.sum() == sum(len(n.tokens) for t in rollouts for n in t.nodes[1:])  # each turn once
     np.testing.assert_allclose(np.asarray(new)[mask], flat["old_logprobs"][mask], atol=1e-4)
+
+
+@pytest.mark.parametrize("remat", ["dots", "layer"])
+def test_the_blocked_lm_head_and_either_remat_give_the_plain_passes_logprobs_and_gradients(tiny_setup, rollouts,
+                                                                                         monkeypatch, remat):
+    """Logits in blocks of positions (a scan, recomputed in the backward pass) and either remat policy: the
+    log-probs, entropies and parameter gradients of the one-block pass with the default policy."""
+    from trace_jax.models import memory
+
+    config = tiny_setup.policy.config
+    params = tiny_setup.policy.params
+    batch = learner.build_batch(rollouts, estimate(rollouts, AdvantageConfig()), micro_batch=4)
+    micro = {k: jnp.asarray(v[0]) for k, v in batch.items()}
+    N, L = micro["tokens"].shape
+    assert L > 8
+
+    def objective(p, config):
+        new, entropy = sequence_logprobs(config, p, micro["tokens"], micro["valid"], micro["targets"], 1.0)
+        return jnp.sum(new * micro["mask"]) + 0.1 * jnp.sum(entropy * micro["mask"]), (new, entropy)
+
+    (want, (want_lp, want_ent)), want_grad = jax.value_and_grad(objective, has_aux=True)(params, config)
+    monkeypatch.setattr(memory, "LOGITS_BYTES", N * config.vocab_size * 4 * 8)  # blocks of 8 positions
+    assert memory.logits_block(config, N) == 8
+    (got, (got_lp, got_ent)), got_grad = jax.value_and_grad(objective, has_aux=True)(params,
+                                                                                      config.replace(remat=remat))
+    np.testing.assert_allclose(got_lp, want_lp, atol=1e-5)
+    np.testing.assert_allclose(got_ent, want_ent, atol=1e-5)
+    chex.assert_trees_all_close(got_grad, want_grad, atol=1e-5, rtol=1e-4)
 
 
 def test_observation_and_prompt_tokens_are_never_trained(rollouts):

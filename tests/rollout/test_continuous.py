@@ -92,6 +92,58 @@ def test_greedy_trajectories_are_identical(tiny_setup):
     assert leaf_paths(got) == leaf_paths(want)
 
 
+@pytest.mark.parametrize("batching", [Batching(keep_prefixes=False), Batching(chunk=3, slots=4, keep_prefixes=False)],
+                         ids=["synchronous", "continuous-4-slots"])
+def test_dropped_prefixes_are_prefilled_again_in_waves_with_the_same_trajectories(tiny_setup, synchronous, batching,
+                                                                                   monkeypatch):
+    """keep_prefixes=False: no state outlives the call that made it; stage 1 prefills its prompts and stage 2
+    its anchors' prefixes again, at most `slots` at a time, counted in the ledger, and samples what the kept
+    rows would have."""
+    from trace_jax.rollout import agent_loop
+
+    engine_kept, want_trees, anchors = synchronous
+    prefilled = []
+    real_start = agent_loop.start
+    monkeypatch.setattr(agent_loop, "start", lambda *a, **k: prefilled.append(len(a[2])) or real_start(*a, **k))
+    engine, trees, _ = grow(tiny_setup, batching)
+    assert leaf_paths(trees) == leaf_paths(want_trees)
+    for tree_got, tree_want in zip(_leaves(trees), _leaves(want_trees)):
+        for (_, lp_got, _, _), (_, lp_want, _, _) in zip(tree_got, tree_want):
+            for a, b in zip(lp_got, lp_want):
+                np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
+    contexts = sum(len(t.context(n.id)) for t in trees for n in t.nodes if t.is_anchor(n.id) and n.expanded)
+    assert engine.ledger.tokens_reprefilled == contexts > sum(len(t.root.tokens) for t in trees)
+    assert engine.ledger.tokens_prefilled == engine_kept.ledger.tokens_prefilled + contexts
+    assert dataclasses.replace(engine.ledger, tokens_prefilled=0, tokens_reprefilled=0) == dataclasses.replace(
+        engine_kept.ledger, tokens_prefilled=0)
+    assert engine._states == {}, "no sampler state outlives the call that made it"
+    waves = prefilled[1:]  # prefilled[0]: the prompts (`roots`); then stage 1's 3 roots, then stage 2's anchors
+    assert waves[0] == 3 and sum(waves[1:]) == anchors
+    if batching.slots:
+        assert max(waves) <= batching.slots and len(waves) == 1 + -(-anchors // batching.slots)
+    else:
+        assert waves == [3, anchors]
+
+
+def test_prompts_are_prefilled_in_waves_when_no_state_is_kept(tiny_setup, monkeypatch):
+    """keep_prefixes=False with 2 slots: 3 prompts prefilled as 2 + 1 rows, the same roots' features."""
+    from trace_jax.rollout import agent_loop
+
+    tasks = tiny_setup.source.tasks("train")[:3]
+    want = RolloutEngine(_policy(tiny_setup, Batching(), 1.0), tiny_setup.env, seed=0).roots(tasks)
+    prefilled = []
+    real_start = agent_loop.start
+    monkeypatch.setattr(agent_loop, "start", lambda *a, **k: prefilled.append(len(a[2])) or real_start(*a, **k))
+    engine = RolloutEngine(_policy(tiny_setup, Batching(chunk=3, slots=2, keep_prefixes=False), 1.0), tiny_setup.env,
+                           seed=0)
+    got = engine.roots(tasks)
+    assert prefilled == [2, 1] and engine._states == {}
+    for g, w in zip(got, want):
+        assert g.root.prefix_length == w.root.prefix_length
+        np.testing.assert_allclose(g.root.hidden, w.root.hidden, atol=1e-5)
+        np.testing.assert_allclose(g.root.prompt_mean, w.root.prompt_mean, atol=1e-5)
+
+
 def test_bad_batching_is_refused():
     with pytest.raises(ValueError, match="must be >= 0"):
         Batching(chunk=-1)

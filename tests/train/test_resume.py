@@ -193,8 +193,10 @@ def test_a_non_finite_update_stops_the_run_naming_the_step_and_exports_nothing(f
 
 
 def test_the_decode_schedule_reaches_the_rollout_engine(tmp_path):
-    """`rl.decode_chunk` / `rl.decode_slots` / `rl.overlap_tools` build the policy's `Batching` (the schedules
-    sample the same trees: tests/rollout/test_continuous.py; a run resumes under another: RESUMABLE_SETTINGS)."""
-    changes = {"rl.decode_chunk": 3, "rl.decode_slots": 4, "rl.overlap_tools": False}
-    assert train.build(_config(**changes), str(tmp_path)).policy().batching == Batching(3, 4, overlap_tools=False)
+    """`rl.decode_chunk` / `decode_slots` / `overlap_tools` / `keep_prefixes` build the policy's `Batching` (the
+    schedules sample the same trees: tests/rollout/test_continuous.py; a run resumes under another:
+    RESUMABLE_SETTINGS)."""
+    changes = {"rl.decode_chunk": 3, "rl.decode_slots": 4, "rl.overlap_tools": False, "rl.keep_prefixes": False}
+    assert train.build(_config(**changes), str(tmp_path)).policy().batching == Batching(3, 4, overlap_tools=False,
+                                                                                        keep_prefixes=False)
     assert train.build(_config(), str(tmp_path)).policy().batching == Batching()

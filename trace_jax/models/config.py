@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen2", "llama")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+REMAT_POLICIES = ("dots", "layer")
 
 _ARCHITECTURES = {
     "qwen3": "Qwen3ForCausalLM",
@@ -99,6 +100,10 @@ class ModelConfig:
       bos_token_id, eos_token_ids: special ids carried through HF round trips.
       param_dtype: storage dtype of the weights ("float32", "bfloat16").
       dtype: compute dtype of activations ("float32" on CPU, "bfloat16" on accelerators).
+      remat: what a differentiated full-sequence pass keeps of each layer for the backward pass (an
+        execution choice, not part of the checkpoint): "dots" its weight matmuls' outputs (attention
+        scores recomputed), "layer" only its input (the whole layer recomputed: the least memory, about a
+        third more compute).
     """
 
     model_type: str = "qwen3"
@@ -121,6 +126,7 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
     param_dtype: str = "float32"
     dtype: str = "float32"
+    remat: str = "dots"
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -138,6 +144,8 @@ class ModelConfig:
                 f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
             raise UnsupportedConfigError(f"head_dim={self.head_dim} must be even for RoPE")
+        if self.remat not in REMAT_POLICIES:
+            raise UnsupportedConfigError(f"remat={self.remat!r} is not one of {REMAT_POLICIES}")
         for name in ("param_dtype", "dtype"):
             try:
                 jnp.dtype(getattr(self, name))

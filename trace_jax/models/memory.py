@@ -8,9 +8,10 @@ The estimate counts what dominates at these shapes, per device:
   - the larger of (a) the rollout KV cache, `2 L x rows x K H x context` in the compute dtype (all of it,
     as on one device; on a mesh each device holds 1 / (data x fsdp x min(tensor, K)) of it), and (b) the
     learner's activations of one micro-batch: per layer and token the outputs the layer keeps for the
-    backward pass (the residual, q/k/v/o, the MLP's three widths; `models/transformer.py` rematerialises
-    the attention scores), one layer's attention scores and probabilities (`2 N x context`) at a time,
-    and four fp32 copies of the logits (logits, log-softmax, their gradients);
+    backward pass (`ModelConfig.remat`: "dots" the residual, q/k/v/o and the MLP's three widths, the
+    attention scores rematerialised; "layer" the layer's input only, plus one layer's outputs while it is
+    recomputed), one layer's attention scores and probabilities (`2 N x context`) at a time, and four fp32
+    copies of one block of positions' logits (logits, log-softmax, their gradients; `logits_block`);
   - 10% for XLA's buffers and fragmentation.
 It is an estimate to catch a clear misfit (Qwen3-1.7B's AdamW state on a 16 GB T4) before a download, not a
 profile: against XLA's own memory analysis of the compiled learner step (CPU) it came to 1.13-1.21x (slightly conservative)
@@ -31,6 +32,8 @@ from trace_jax.models.transformer import num_params
 
 OVERHEAD = 1.10
 GIB = 1024 ** 3
+# Float32 logits one block of positions may take in a full-sequence pass (all rows together; `rl/logprobs.py`).
+LOGITS_BYTES = 1 << 28
 # Qwen3 presets, smallest first: what `check_fits` proposes instead of a checkpoint that does not fit.
 QWEN3_PRESETS = tuple(sorted((n for n in PRESETS if n.startswith("qwen3-")), key=lambda n: num_params(get_preset(n))))
 
@@ -74,8 +77,19 @@ def estimate(config: ModelConfig, *, rollout_rows: int, context: int, micro_batc
     per_token_layer = (4 * c.hidden_size + 3 * c.intermediate_size + 2 * c.num_heads * c.head_dim
                        + 2 * c.num_kv_heads * c.head_dim)
     attention = 2 * c.num_heads * context  # scores and probabilities: one layer at a time (recomputed)
-    activations = micro_batch * context * ((c.num_layers * per_token_layer + attention) * act + 4 * c.vocab_size * 4)
+    if c.remat == "dots":  # every layer's matmul outputs
+        kept = c.num_layers * per_token_layer
+    else:  # every layer's input, and one layer's outputs while it is recomputed
+        kept = c.num_layers * c.hidden_size + per_token_layer
+    logits = micro_batch * min(context, logits_block(c, micro_batch)) * 4 * c.vocab_size * 4
+    activations = micro_batch * context * (kept + attention) * act + logits
     return MemoryEstimate(train_state, kv, activations)
+
+
+def logits_block(config: ModelConfig, rows: int) -> int:
+    """Positions per block of the LM head over `rows` sequences: the largest power of two whose float32
+    logits fit LOGITS_BYTES."""
+    return 1 << max(0, (LOGITS_BYTES // (rows * config.vocab_size * 4)).bit_length() - 1)
 
 
 def device_memory(device=None) -> int:

@@ -21,6 +21,8 @@ from trace_jax.models.rope import apply_rope, sin_cos
 
 Params = dict[str, Any]
 _MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (not NaN) softmax
+_REMAT = {"dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+          "layer": jax.checkpoint_policies.nothing_saveable}
 # A full-sequence pass (the learner's) longer than this attends in blocks of this many queries, so the
 # scores it holds at once are [B, N, block, S], never [B, N, S, S] (16k tokens x 32 heads: 32 GB a row).
 ATTENTION_BLOCK = 1024
@@ -235,11 +237,9 @@ class Transformer(nnx.Module):
                 h, _ = nnx.merge(layer_def, state)(h, sin, cos, mask)
                 return h, None
 
-            # Under differentiation each layer keeps its weight matmuls' outputs and recomputes the
-            # attention scores (the [B, N, S, S] terms) in the backward pass instead of storing them;
-            # forward-only calls are unaffected.
-            body = jax.checkpoint(body, prevent_cse=False,
-                                  policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+            # Differentiated, each layer keeps its weight matmuls' outputs ("dots": attention scores are
+            # recomputed) or only its input ("layer"); forward-only calls are unaffected.
+            body = jax.checkpoint(body, prevent_cse=False, policy=_REMAT[c.remat])
             x, _ = jax.lax.scan(body, x, layer_state)
             new_cache = None
         else:

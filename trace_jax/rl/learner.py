@@ -15,9 +15,10 @@ import numpy as np
 import optax
 
 from trace_jax.models.config import ModelConfig
-from trace_jax.models.transformer import Params, forward
+from trace_jax.models.transformer import Params
 from trace_jax.parallel.host import to_device, to_host
 from trace_jax.rl.advantages import Sequence
+from trace_jax.rl.logprobs import sequence_logprobs
 from trace_jax.rl.losses import LossConfig, get_loss
 from trace_jax.rollout.tree import RolloutTree
 from trace_jax.sampling.state import batch_bucket, length_bucket
@@ -30,12 +31,15 @@ class LearnerConfig:
       weight_decay: AdamW decoupled weight decay.
       max_grad_norm: global-norm gradient clipping.
       micro_batch: sequences per micro-batch (gradients accumulate over the batch).
+      remat: what the backward pass keeps of each layer (`ModelConfig.remat`): "dots" (default) or "layer"
+        (least memory, about a third more compute; long sequences on small devices).
     """
 
     learning_rate: float = 1e-4
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     micro_batch: int = 8
+    remat: str = "dots"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -110,10 +114,9 @@ def _gradients(model_config: ModelConfig, loss_config: LossConfig, params: Param
         normalizer = jnp.maximum(jnp.any(mask, axis=-1).sum(), 1).astype(jnp.float32)
 
     def loss_fn(p, micro):
-        B, L = micro["tokens"].shape
-        positions = jnp.broadcast_to(jnp.arange(L), (B, L))
-        logits = forward(model_config, p, micro["tokens"], positions, attention_mask=micro["valid"]).logits
-        return loss_impl(logits, micro, loss_config, normalizer)
+        new, entropy = sequence_logprobs(model_config, p, micro["tokens"], micro["valid"], micro["targets"],
+                                         loss_config.temperature)
+        return loss_impl(new, entropy, micro, loss_config, normalizer)
 
     def accumulate(carry, micro):
         grads, totals = carry

@@ -1,12 +1,12 @@
 """Policy losses behind a registry: the clipped surrogate with separate low/high clip (DAPO
 clip-higher), token-mean or sequence-mean aggregation, optional k3 KL to a reference, the importance
-ratio taken against the sampler's own log-probs. Pure functions of logits and the batch."""
+ratio taken against the sampler's own log-probs. Pure functions of the policy's token log-probs and
+entropies (`rl/logprobs.py`) and the batch."""
 
 from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 
 from trace_jax.registry import Registry
@@ -36,20 +36,12 @@ class LossConfig:
             raise ValueError(f"loss.temperature must be > 0, got {self.temperature}")
 
 
-def token_logprobs(logits, targets, temperature: float):
-    """logits [N, L, V], targets [N, L] -> (log-prob of each target, entropy) [N, L], float32."""
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
-    chosen = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
-    return chosen, entropy
-
-
-def ppo_clip(logits, batch, config: LossConfig, normalizer):
-    """Returns (summed loss / normalizer, metrics sums). batch: targets, mask, advantages,
-    old_logprobs (and ref_logprobs when kl_coef > 0), all [N, L]; normalizer: total trained tokens
-    (token_mean) or sequences (sequence_mean) of the whole accumulated batch."""
+def ppo_clip(new, entropy, batch, config: LossConfig, normalizer):
+    """Returns (summed loss / normalizer, metrics sums). new, entropy: the policy's log-prob of each target
+    and its entropy at temperature config.temperature; batch: targets, mask, advantages, old_logprobs (and
+    ref_logprobs when kl_coef > 0), all [N, L]; normalizer: total trained tokens (token_mean) or sequences
+    (sequence_mean) of the whole accumulated batch."""
     mask = batch["mask"].astype(jnp.float32)
-    new, entropy = token_logprobs(logits, batch["targets"], config.temperature)
     log_ratio = new - batch["old_logprobs"]
     ratio = jnp.exp(log_ratio)
     adv = batch["advantages"]
@@ -72,7 +64,7 @@ def ppo_clip(logits, batch, config: LossConfig, normalizer):
     return loss, metrics
 
 
-# name -> loss(logits, batch, config, normalizer) -> (loss, metric sums)
+# name -> loss(new_logprobs, entropy, batch, config, normalizer) -> (loss, metric sums)
 LOSSES: Registry = Registry("loss", "loss")
 LOSSES.register("ppo_clip", config=LossConfig)(ppo_clip)
 

@@ -106,13 +106,19 @@ class RolloutEngine:
         self._uid = 0
 
     def roots(self, tasks: Sequence[Task]) -> list[RolloutTree]:
-        """Prefills every prompt once; each tree's root is an anchor with its hidden state."""
+        """Prefills every prompt once; each tree's root is an anchor with its hidden state. With
+        keep_prefixes=False the prompts are prefilled in waves of `slots` and no state is kept: a root is
+        prefilled again when it is forked from."""
         p = self.policy
         prompts = [p.renderer.prompt(self.env.messages(task), self.env.action_format.tools(self.env, task))
                    for task in tasks]
-        state = start(p.config, p.params, prompts, reserve=p.sampling.max_new_tokens)
-        sid = self._store(state)
-        hidden, pooled, lengths = to_host((state.hidden, state.pooled, state.cache.lengths))
+        wave = len(prompts) if p.batching.keep_prefixes or not p.batching.slots else p.batching.slots
+        hidden, pooled, lengths = [], [], []
+        for begin in range(0, len(prompts), wave):
+            state = start(p.config, p.params, prompts[begin:begin + wave], reserve=p.sampling.max_new_tokens)
+            for out, got in zip((hidden, pooled, lengths), to_host((state.hidden, state.pooled, state.cache.lengths))):
+                out.extend(np.asarray(got)[:len(prompts[begin:begin + wave])])
+        sid = self._store(state) if p.batching.keep_prefixes else self._reserve_state()
         self.ledger.tokens_prefilled += sum(map(len, prompts))
         trees = []
         for row, (task, prompt) in enumerate(zip(tasks, prompts)):
@@ -125,7 +131,18 @@ class RolloutEngine:
 
     def expand(self, trees: list[RolloutTree], anchors: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
         """Samples k continuations from each anchor (tree index, node id, k), each run to a terminal
-        state. Returns the (tree, leaf) pairs created."""
+        state. Returns the (tree, leaf) pairs created. Anchors whose cache rows were not kept
+        (`Batching.keep_prefixes=False`) are prefilled again, in waves of at most `slots` of them."""
+        if self.policy.batching.keep_prefixes:
+            return self._expand(trees, anchors)
+        leaves = []
+        for wave in self._waves(trees, anchors):
+            sid = self._reprefill(trees, wave)
+            leaves += self._expand(trees, wave)
+            self._states.pop(sid, None)
+        return leaves
+
+    def _expand(self, trees, anchors) -> list[tuple[int, int]]:
         branches, sources = self._branches(trees, anchors)
         if not branches:
             return []
@@ -154,7 +171,8 @@ class RolloutEngine:
                                 row_ids=row_ids.tolist(), active=active)
             self._count_decode(gen, state.batch_size)
             gen = gen.take(rows)
-        self._states[sid] = state
+        if self.policy.batching.keep_prefixes:
+            self._states[sid] = state
         return leaves
 
     def episode_at(self, tree: RolloutTree, node_id: int) -> Episode:
@@ -166,6 +184,43 @@ class RolloutEngine:
         return self._anchors[tree][node_id].prefix
 
     # --- phases of `expand` ---------------------------------------------------------------------
+
+    def _dropped(self, tree: RolloutTree, node_id: int) -> bool:
+        handle = self._anchors.get(tree, {}).get(node_id)
+        return handle is not None and handle.prefix.state not in self._states
+
+    def _waves(self, trees, anchors):
+        """`anchors` in order, cut where a wave would hold more than `slots` anchors to prefill again."""
+        limit, wave, dropped = self.policy.batching.slots, [], set()
+        for anchor in anchors:
+            key = (anchor[0], anchor[1])
+            if self._dropped(trees[anchor[0]], anchor[1]) and key not in dropped:
+                if limit and len(dropped) == limit:
+                    yield wave
+                    wave, dropped = [], set()
+                dropped.add(key)
+            wave.append(anchor)
+        if wave:
+            yield wave
+
+    def _reprefill(self, trees, anchors) -> int | None:
+        """Prefills the prefixes of `anchors` whose rows were dropped into one new state (their handles
+        re-pointed there); returns its id (None when none was dropped). Counted as prefill and re-prefill."""
+        dropped = list(dict.fromkeys((trees[t], n) for t, n, _ in anchors if self._dropped(trees[t], n)))
+        if not dropped:
+            return None
+        p = self.policy
+        contexts = [tree.context(n) for tree, n in dropped]
+        state = start(p.config, p.params, contexts, reserve=p.sampling.max_new_tokens)
+        sid = self._store(state)
+        for row, ((tree, n), context) in enumerate(zip(dropped, contexts)):
+            if len(context) != self._anchors[tree][n].prefix.length:
+                raise AssertionError(f"anchor {n}: its context has {len(context)} tokens, its prefix "
+                                     f"{self._anchors[tree][n].prefix.length}")
+            self._repoint(tree, n, sid, row)
+        self.ledger.tokens_prefilled += sum(map(len, contexts))
+        self.ledger.tokens_reprefilled += sum(map(len, contexts))
+        return sid
 
     def _branches(self, trees, anchors) -> tuple[list[_Branch], list[PrefixRef]]:
         branches, sources = [], []

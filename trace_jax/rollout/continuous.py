@@ -57,11 +57,17 @@ class Batching:
       overlap_tools: with chunk > 0, the env steps (parsing, tool calls) of the rows whose turn ended in a
         chunk run in a worker thread while the device decodes the next chunk of the other rows; those rows
         rejoin one chunk later (worth it when tools take time). False (default): before the next chunk.
+      keep_prefixes: True (default): every finished branch's cache row stays on the device (the archive),
+        so a later `expand` forks from its turn boundaries without prefilling them again. False: rows are
+        dropped when their branch ends; a later fork prefills its anchor's prefix again (counted in
+        `Ledger.tokens_reprefilled`), in waves of at most `slots` anchors, so the live cache is the slot
+        table plus one wave of prefixes instead of every rollout of the step.
     """
 
     chunk: int = 0
     slots: int = 0
     overlap_tools: bool = False
+    keep_prefixes: bool = True
 
     def __post_init__(self):
         if self.chunk < 0 or self.slots < 0:
@@ -184,7 +190,8 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
                                                                        [True] * len(finished), leaves),
                                 trees, final, occupant, previous, anchors_in)
                 ended = None
-    engine._states[final] = state
+    if p.batching.keep_prefixes:
+        engine._states[final] = state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +233,8 @@ def _moved(values: np.ndarray, live: np.ndarray, slots: int, fill) -> np.ndarray
 
 class _Archive:
     """One state with a row per branch of the `expand` call: a finished branch's row is copied to row
-    `branch` before its slot is reused, and the anchors in it re-pointed there."""
+    `branch` before its slot is reused, and the anchors in it re-pointed there (with keep_prefixes=False,
+    nothing is copied: those anchors are prefilled again when a later call forks from them)."""
 
     def __init__(self, engine: RolloutEngine, branches: int):
         self.engine, self.branches = engine, branches
@@ -237,6 +245,10 @@ class _Archive:
         if not slots:
             return state
         engine = self.engine
+        if not engine.policy.batching.keep_prefixes:  # the anchors keep pointing at a state never stored
+            for slot in slots:
+                anchors_in.pop(slot)
+            return state
         if self.sid is None:
             mesh = mesh_of(state)
             self.sid = engine._store(empty_state(engine.policy.config, batch_bucket(self.branches, rows_multiple(mesh)),

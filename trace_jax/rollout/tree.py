@@ -131,6 +131,7 @@ class Ledger:
     rollouts_discarded: int = 0  # finished but not trained on (DAPO's filtered groups)
     tokens_generated: int = 0
     tokens_prefilled: int = 0
+    tokens_reprefilled: int = 0  # of tokens_prefilled: prefixes prefilled again (`Batching.keep_prefixes`)
     tool_calls: int = 0
 
     def __add__(self, other: Ledger) -> Ledger:

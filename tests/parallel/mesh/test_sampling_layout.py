@@ -57,16 +57,19 @@ def test_rollouts_on_a_mesh_match_one_device(tiny_setup, one_device, shape):
     assert {s.data.shape[:2] for s in k.addressable_shards} == {(k.shape[0] // (data * fsdp), 1 if heads_split else 2)}
 
 
-def test_continuous_batching_on_a_mesh_matches_one_device(tiny_setup):
-    """Slots refilled, archived and compacted on a (2, 2, 2) mesh: greedy, the synchronous loop's trees on
-    one device."""
+@pytest.mark.parametrize("keep_prefixes", [True, False], ids=["archived", "prefilled-again"])
+def test_continuous_batching_on_a_mesh_matches_one_device(tiny_setup, keep_prefixes):
+    """Slots refilled, archived (or dropped and their prefixes prefilled again in waves) and compacted on a
+    (2, 2, 2) mesh: greedy, the synchronous loop's trees on one device."""
     from tests.rollout.test_continuous import grow, leaf_paths
     from trace_jax.rollout.continuous import Batching
 
     _, want, _ = grow(tiny_setup, Batching(), temperature=0.0)
     params = to_sampling_layout(tiny_setup.policy.params, make_mesh(2, 2, 2))
-    _, got, _ = grow(tiny_setup, Batching(chunk=3, slots=8), temperature=0.0, params=params)
+    engine, got, _ = grow(tiny_setup, Batching(chunk=3, slots=8, keep_prefixes=keep_prefixes), temperature=0.0,
+                          params=params)
     assert leaf_paths(got) == leaf_paths(want)
+    assert (engine.ledger.tokens_reprefilled > 0) == (not keep_prefixes)
 
 
 def test_sampling_params_are_tensor_parallel_and_replicated_over_the_batch_axes(tiny_setup):
