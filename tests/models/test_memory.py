@@ -31,6 +31,7 @@ def test_train_state_and_kv_cache_terms_are_exact():
 def test_learner_estimate_is_close_to_xlas_analysis_of_the_compiled_step(preset, context, micro, vocab, remat,
                                                                          logits_bytes, monkeypatch):
     monkeypatch.setattr(memory, "LOGITS_BYTES", logits_bytes)  # 1 << 24: blocks of 128 positions
+    jax.clear_caches()  # LOGITS_BYTES is read while tracing: no trace of another case may be reused
     config = get_preset(preset, vocab_size=vocab, remat=remat)
     params = param_shapes(config)
     optimizer = learner.make_optimizer(learner.LearnerConfig())

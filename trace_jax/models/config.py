@@ -102,8 +102,8 @@ class ModelConfig:
       dtype: compute dtype of activations ("float32" on CPU, "bfloat16" on accelerators).
       remat: what a differentiated full-sequence pass keeps of each layer for the backward pass (an
         execution choice, not part of the checkpoint): "dots" its weight matmuls' outputs (attention
-        scores recomputed), "layer" only its input (the whole layer recomputed: the least memory, about a
-        third more compute).
+        scores recomputed), "layer" only its input (the whole layer recomputed: the least memory, its
+        forward run twice).
     """
 
     model_type: str = "qwen3"

@@ -32,7 +32,8 @@ class LearnerConfig:
       max_grad_norm: global-norm gradient clipping.
       micro_batch: sequences per micro-batch (gradients accumulate over the batch).
       remat: what the backward pass keeps of each layer (`ModelConfig.remat`): "dots" (default) or "layer"
-        (least memory, about a third more compute; long sequences on small devices).
+        (least memory; each layer's forward runs twice: on a CPU the same step time, measured by
+        experiments/bench_learner.py, more where matmuls dominate; long sequences on small devices).
     """
 
     learning_rate: float = 1e-4

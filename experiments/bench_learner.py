@@ -1,0 +1,101 @@
+"""The learner step's time and memory under each remat policy, with the LM head in one block or in blocks.
+
+  python experiments/bench_learner.py                    # about 1 min on a 2-core CPU
+  python experiments/bench_learner.py --preset small --context 2048 --vocab 0
+
+Compiles `rl/learner.py`'s train step for each variant (`learner.remat` "dots" / "layer"; the head's logits in
+one block, or in blocks of `--block` positions via `models/memory.LOGITS_BYTES`), then times one step of each
+in turn, `--repeats` rounds (alternating, so a slow spell of the machine hits every variant alike). Prints
+per variant the median [min, max] step time, its ratio to the default ("dots", one block) measured within
+each round, and XLA's memory analysis of the compiled step (arguments + outputs + temporaries - aliased).
+The last line is one JSON object with those figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from trace_jax.models import memory
+from trace_jax.models.presets import get_preset
+from trace_jax.models.transformer import init_params
+from trace_jax.rl import learner
+from trace_jax.rl.losses import LossConfig
+
+
+def batch_of(rng, vocab: int, num_micro: int, micro: int, context: int) -> dict[str, jax.Array]:
+    shape = (num_micro, micro, context)
+    return {"tokens": jnp.asarray(rng.integers(0, vocab, shape), jnp.int32), "valid": jnp.ones(shape, bool),
+            "targets": jnp.asarray(rng.integers(0, vocab, shape), jnp.int32),
+            "mask": jnp.asarray(rng.random(shape) < 0.7),
+            "advantages": jnp.asarray(rng.normal(size=shape), jnp.float32),
+            "old_logprobs": jnp.asarray(-rng.random(shape) * 3, jnp.float32)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="mini")
+    parser.add_argument("--vocab", type=int, default=32000, help="vocabulary size (0: the preset's)")
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--micro", type=int, default=2, help="sequences per micro-batch")
+    parser.add_argument("--num_micro", type=int, default=2, help="micro-batches per step")
+    parser.add_argument("--block", type=int, default=128, help="positions per block of the blocked head")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    base = get_preset(args.preset, **({"vocab_size": args.vocab} if args.vocab else {}))
+    optimizer = learner.make_optimizer(learner.LearnerConfig())
+    batch = batch_of(np.random.default_rng(0), base.vocab_size, args.num_micro, args.micro, args.context)
+    one_block = memory.LOGITS_BYTES
+    variants = {"dots, one block": ("dots", one_block), "layer, one block": ("layer", one_block),
+                "dots, blocks": ("dots", args.micro * base.vocab_size * 4 * args.block),
+                "layer, blocks": ("layer", args.micro * base.vocab_size * 4 * args.block)}
+    print(f"{args.preset}: {args.num_micro} micro-batches of {args.micro} x {args.context} tokens, vocab "
+          f"{base.vocab_size}; blocked head: {args.block} positions", flush=True)
+    programs, states, memory_bytes = {}, {}, {}
+    for name, (remat, logits_bytes) in variants.items():
+        memory.LOGITS_BYTES = logits_bytes  # read while tracing: each compiled program keeps its own
+        jax.clear_caches()  # else jit reuses the trace of a variant with the same static arguments
+        config = base.replace(remat=remat)
+        params = init_params(config, 0)
+        opt_state = optimizer.init(params)
+        compiled = learner.train_step.lower(config, LossConfig(), optimizer, params, opt_state, batch).compile()
+        m = compiled.memory_analysis()
+        memory_bytes[name] = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                              - m.alias_size_in_bytes)
+        params, opt_state, _ = compiled(params, opt_state, batch)  # warm-up
+        jax.block_until_ready(params)
+        programs[name], states[name] = compiled, (params, opt_state)
+    memory.LOGITS_BYTES = one_block
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.repeats):
+        for name, compiled in programs.items():
+            params, opt_state = states[name]
+            t0 = time.perf_counter()
+            params, opt_state, metrics = compiled(params, opt_state, batch)
+            jax.block_until_ready((params, metrics))
+            times[name].append(time.perf_counter() - t0)
+            states[name] = (params, opt_state)
+    default = "dots, one block"
+    result = {}
+    for name in variants:
+        ratios = [t / d for t, d in zip(times[name], times[default])]
+        result[name] = {"step_s": statistics.median(times[name]), "step_s_min": min(times[name]),
+                        "step_s_max": max(times[name]), "ratio_to_default": statistics.median(ratios),
+                        "ratio_min": min(ratios), "ratio_max": max(ratios), "xla_bytes": memory_bytes[name]}
+        r = result[name]
+        print(f"{name:>18}: {r['step_s']:.3f} s [{r['step_s_min']:.3f}, {r['step_s_max']:.3f}], "
+              f"x{r['ratio_to_default']:.2f} [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}] of the default; "
+              f"XLA plan {r['xla_bytes'] / memory.GIB:.3f} GiB", flush=True)
+    print(json.dumps({"preset": args.preset, "vocab": base.vocab_size, "context": args.context, "micro": args.micro,
+                      "num_micro": args.num_micro, "block": args.block, "repeats": args.repeats, "variants": result}))
+
+
+if __name__ == "__main__":
+    main()
