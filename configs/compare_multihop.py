@@ -11,7 +11,7 @@ TreePO on the others), greedy held-out success on 1000 tasks of the separate eva
 its 123 test-split questions, see the README) every 30 steps, mean-of-8 on 250 of them after the last
 step; every finished run kept in experiments/results/powered_<task>/, from which a fresh workdir resumes.
 `:mixed`: a 1-4 hop pool after a warm start on its 1-2 hop questions (the mixed-difficulty regime; README,
-"Mechanism"). Add `--ablation=stages|stage2|lambda_local|featurizer|advantage` for TRACE's ablations,
+"Mechanism"); `compare_math.py:mixed` 2-5 step problems after a warm start on 2-3 steps. Add `--ablation=stages|stage2|lambda_local|featurizer|advantage` for TRACE's ablations,
 `--study=mechanism` for the frozen-policy mechanism study (no training; `:runlocal` about 10 min after the SFT).
 
 Expected runtime on a 2-core CPU: about 55 min (SFT about 5); `:runlocal` about 13 min from scratch.
@@ -26,6 +26,8 @@ from configs import quickstart
 from trace_jax.config_files import config_args
 from trace_jax.run_config import ConfigError
 
+# `:mixed`: (the pool's hardest level, the warm start's hardest level) per source.
+MIXED_POOLS = {"multihop": (4, 2), "math": (5, 3)}
 ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "results")
 
@@ -67,11 +69,11 @@ def _mixed(c: ml_collections.ConfigDict) -> None:
     its 1-2 hop part, so that part is mixed and the rest mostly out of reach, as for a policy meeting
     harder prompts than it was warm-started on (the paper's regime: GRPO's groups mixed about 0.3 of the
     time). Measured: README, "Mechanism". With SFT on all four levels instead, GRPO's groups were mixed
-    0.682 of the time (greedy 0.72 / 0.64 / 0.33 / 0.46 by hops), no closer to that regime than 1-2 hops."""
-    if c.task.source != "multihop":
-        raise ConfigError(f"`mixed` is defined for the multi-hop source, not {c.task.source!r}")
-    c.task.max_difficulty = 4
-    c.sft.max_difficulty = 2
+    0.682 of the time (greedy 0.72 / 0.64 / 0.33 / 0.46 by hops), no closer to that regime than 1-2 hops.
+    Arithmetic: 2-5 step problems after a warm start on 2-3 steps."""
+    if c.task.source not in MIXED_POOLS:
+        raise ConfigError(f"`mixed` is defined for the sources {sorted(MIXED_POOLS)}, not {c.task.source!r}")
+    c.task.max_difficulty, c.sft.max_difficulty = MIXED_POOLS[c.task.source]
 
 
 def _powered(c: ml_collections.ConfigDict) -> None:

@@ -106,10 +106,13 @@ def test_every_domain_config_validates_with_one_shared_sft_recipe(name, source, 
     assert grid.split_config(module.get_config())[1]["sft"] == grid.split_config(module.get_config("runlocal"))[1]["sft"]
 
 
-def test_the_mixed_difficulty_pool_is_multi_hop_one_to_four_hops():
-    from configs import compare_math
+def test_the_mixed_difficulty_pools_warm_start_on_their_easy_part():
+    from configs import compare_funcall, compare_math
     mixed = compare_multihop.get_config("mixed")
     assert (mixed.task.max_difficulty, mixed.sft.max_difficulty) == (4, 2)
     assert compare_multihop.get_config().task.max_difficulty == 2
-    with pytest.raises(ConfigError, match="multi-hop source, not 'math'"):
-        compare_math.get_config("mixed")
+    mixed = compare_math.get_config("mixed")
+    assert (mixed.task.max_difficulty, mixed.sft.max_difficulty) == (5, 3)
+    assert compare_math.get_config().task.max_difficulty == 3
+    with pytest.raises(ConfigError, match=r"sources \['math', 'multihop'\], not 'funcall'"):
+        compare_funcall.get_config("mixed")
