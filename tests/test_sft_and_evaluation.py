@@ -1,5 +1,6 @@
 """SFT data paths and the evaluation metrics."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -101,3 +102,17 @@ def test_per_task_outcomes_round_trip_and_mean_of_k(tiny_setup, tmp_path):
     assert read_outcomes(path) == {"sampled": sampled}
     fake = TaskOutcomes(task_ids=("a", "b", "c"), difficulty=(1, 1, 2), successes=(3, 0, 1), k=4)
     assert mean_of_k(fake) == {"mean@4": pytest.approx(1 / 3), "mean@4/level_1": 0.375, "mean@4/level_2": 0.25}
+
+
+def test_a_warm_start_that_fails_its_easiest_level_is_reported(capsys):
+    from configs import quickstart
+    from trace_jax.experiment import log_after_sft
+    from trace_jax.run_config import from_config_dict
+
+    run = from_config_dict(quickstart.get_config())
+    weak = {"accuracy": 0.021, "accuracy/level_1": 0.071, "accuracy/level_2": 0.0, "accuracy/level_10": 0.9}
+    log_after_sft(weak, run)
+    assert "WARNING: the warm start solves 0.071 of the easiest level's (level 1)" in capsys.readouterr().out
+    log_after_sft({"accuracy": 0.32, "accuracy/level_1": 0.97, "accuracy/level_4": 0.0}, run)
+    log_after_sft(weak, dataclasses.replace(run, sft=dataclasses.replace(run.sft, steps=0)))  # no SFT: no verdict
+    assert "WARNING" not in capsys.readouterr().out

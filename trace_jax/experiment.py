@@ -203,6 +203,22 @@ def held_out(setup: Setup, params, *, outcomes_path: str | None = None, sampled:
     return out
 
 
+# A warm start whose greedy success on the easiest held-out level is below this is reported as weak.
+WEAK_WARM_START = 0.5
+
+
+def log_after_sft(result: dict[str, float], run: run_config.RunConfig) -> None:
+    """Logs the held-out figures after the warm start, and a warning when SFT ran but the policy fails most
+    of the easiest level's tasks (the function-calling SFT did once, under settings that had worked:
+    README, "Mechanism"): RL from such a policy mostly measures the warm start."""
+    log(f"held-out after SFT: {result}")
+    levels = sorted(int(k.rsplit("_", 1)[1]) for k in result if k.startswith("accuracy/level_"))
+    if run.sft.steps and levels and result[f"accuracy/level_{levels[0]}"] < WEAK_WARM_START:
+        log(f"WARNING: the warm start solves {result[f'accuracy/level_{levels[0]}']:.3f} of the easiest level's "
+            f"(level {levels[0]}) held-out tasks greedily; check the SFT (more sft.steps, another seed) before "
+            "reading RL results from it")
+
+
 # SFT saves its progress (params, optimizer state, steps done) at least this often, and on SIGTERM/SIGINT.
 SFT_CHECKPOINT_SECONDS = 300.0
 

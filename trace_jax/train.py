@@ -18,8 +18,8 @@ import numpy as np
 from trace_jax import allocation, run_config
 from trace_jax.allocation.predictor import SuccessPredictor, feature_width
 from trace_jax.checkpointing import Checkpointer, require_checkpoint_dir
-from trace_jax.experiment import (Setup, banner, build, derive_seed, eval_tasks, held_out, log, train_tasks,
-                                  warm_start)
+from trace_jax.experiment import (Setup, banner, build, derive_seed, eval_tasks, held_out, log, log_after_sft,
+                                  train_tasks, warm_start)
 from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io
 from trace_jax.records import CheckpointRecord, StepRecord, Timings, TreeStats, read_steps
@@ -47,7 +47,7 @@ def sft(config, workdir: str) -> dict:
         return {"interrupted": True, "stage": e.stage, "steps": e.step}
     banner("evaluate")
     result = held_out(setup, params)
-    log(f"held-out after SFT: {result}")
+    log_after_sft(result, setup.run)
     return {"acc_after_sft": result["accuracy"], "wall_s": round(time.time() - t0, 1)}
 
 
@@ -178,7 +178,7 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
         if after_sft is None:
             banner("evaluate after SFT")
             after_sft = held_out(setup, params, outcomes_path=_outcomes_path(workdir, 0))
-        log(f"held-out after SFT: {after_sft}")
+        log_after_sft(after_sft, setup.run)
         writer.write(0, after_sft, prefix="eval/")
         opt_state = optimizer.init(params)
         start, position = 0, 0

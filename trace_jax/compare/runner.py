@@ -201,7 +201,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
                                                                       sft=sft_settings),
                         lambda: experiment.held_out(setup, params,
                                                     outcomes_path=os.path.join(shared, "eval", "step_0.json")))
-    experiment.log(f"held-out after SFT: {after_sft}")
+    experiment.log_after_sft(after_sft, base_run)
     if compare.results:
         results_store.check_shared(compare.results, shared, digest=results_store.params_digest(params),
                                    sft_settings=sft_settings, after_sft=after_sft)
