@@ -115,10 +115,11 @@ class RolloutEngine:
         wave = len(prompts) if p.batching.keep_prefixes or not p.batching.slots else p.batching.slots
         hidden, pooled, lengths = [], [], []
         for begin in range(0, len(prompts), wave):
-            state = start(p.config, p.params, prompts[begin:begin + wave], reserve=p.sampling.max_new_tokens)
+            chunk = prompts[begin:begin + wave]
+            state = start(p.config, p.params, chunk, reserve=p.sampling.max_new_tokens)
             for out, got in zip((hidden, pooled, lengths), to_host((state.hidden, state.pooled, state.cache.lengths))):
-                out.extend(np.asarray(got)[:len(prompts[begin:begin + wave])])
-        sid = self._store(state) if p.batching.keep_prefixes else self._reserve_state()
+                out.extend(np.asarray(got)[:len(chunk)])
+        sid = self._store(state) if p.batching.keep_prefixes else self._reserve_state()  # kept: the one wave
         self.ledger.tokens_prefilled += sum(map(len, prompts))
         trees = []
         for row, (task, prompt) in enumerate(zip(tasks, prompts)):
