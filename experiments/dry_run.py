@@ -119,11 +119,8 @@ def decoding_rows(run, mesh) -> int:
 
 def state_bytes_per_device(model_config, mesh, rows: int, capacity: int) -> int:
     """One device's share of a sampler state of `rows` rows and `capacity` tokens in the sampling layout."""
-    shapes = jax.eval_shape(functools.partial(empty_state, model_config, batch_bucket(rows, row_shards(mesh)),
-                                              capacity))
-    specs = state_specs(shapes, mesh)
-    return sum(math.prod(NamedSharding(mesh, spec).shard_shape(x.shape)) * x.dtype.itemsize
-               for x, spec in zip(jax.tree.leaves(shapes), jax.tree.leaves(specs, is_leaf=lambda v: isinstance(v, P))))
+    state = _state(model_config, mesh, batch_bucket(rows, row_shards(mesh)), capacity)
+    return sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(state))
 
 
 def prompt_rows(run) -> int:
