@@ -46,11 +46,16 @@ def test_dapo_may_stop_early_only_with_b_mixed_groups():
         audit("dapo", run, _steps({}, dict(started=24, trees=6), {}))
 
 
-def test_token_unit_audits_the_rollout_equivalents_spent():
-    run = _run(budget__unit="tokens", budget__tokens=100)
-    audit("trace", run, _steps(*[dict(started=40, spent=31.6)] * 3))
+def test_rollout_equivalents_are_audited_in_the_rollout_unit_and_measured_cost_in_the_token_unit():
+    """TRACE prices continuations in rollout-equivalents: with unit="rollouts" it spends M of them to within
+    one; with unit="tokens" its stage 2 spends to the step's cost target, so only the cost is audited."""
+    steps = _steps(dict(started=40, spent=31.6), dict(started=40, spent=30.5), dict(spent=32))
+    audit("trace", _run(budget__unit="rollouts"), _steps(*[dict(started=40, spent=31.6)] * 3))
     with pytest.raises(BudgetAuditError, match="spent 30.5"):
-        audit("trace", run, _steps(dict(started=40, spent=31.6), dict(started=40, spent=30.5), dict(spent=32)))
+        audit("trace", _run(budget__unit="rollouts"), steps)
+    audit("trace", _run(budget__unit="tokens", budget__tokens=100), steps)  # 100 tokens a step, as capped
+    with pytest.raises(BudgetAuditError, match=r"step 2: measured cost 200 after 2 steps is \+2.00"):
+        audit("trace", _run(budget__unit="tokens", budget__tokens=50), steps)
 
 
 def test_token_unit_audits_the_measured_cost_against_the_cap():
@@ -58,7 +63,8 @@ def test_token_unit_audits_the_measured_cost_against_the_cap():
     run = _run(allocator__name="grpo", budget__unit="tokens", budget__tokens=1000, budget__prefill_weight=0.5)
     audit("grpo", run, _steps(dict(started=32, tokens=1900, planned=32), dict(started=20, tokens=300, planned=20),
                               dict(started=40, tokens=700, prefilled=200, planned=40)))
-    with pytest.raises(BudgetAuditError, match=r"step 2: measured cost 3100 after 2 steps is \+1.10"):
+    with pytest.raises(BudgetAuditError, match=r"step 2: measured cost 3100 after 2 steps is \+1.10.*"
+                                                r"per step: 1700 \(M=32\), 1400 \(M=32\)$"):
         audit("grpo", run, _steps(dict(started=32, tokens=1700, planned=32), dict(started=32, tokens=1400, planned=32),
                                   dict(planned=32)))
     with pytest.raises(BudgetAuditError, match=r"step 3: .* is -1.10"):  # prefill counts at its weight

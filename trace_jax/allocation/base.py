@@ -132,7 +132,7 @@ class Allocator(abc.ABC):
     def step(self, engine: RolloutEngine, pool: Sequence[Task]) -> StepOutcome:
         """One step on `pool` with a fresh `engine` (its ledger counts this step alone)."""
         if self.meter is not None:
-            self.budget = dataclasses.replace(self.configured_budget, rollouts=self.meter.rollouts())
+            self.budget = self.meter.step_budget()
         outcome = self.allocate(engine, pool)
         if self.meter is not None:
             spent = engine.ledger.rollouts_started if outcome.budget_spent is None else outcome.budget_spent

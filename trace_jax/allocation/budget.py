@@ -29,7 +29,8 @@ class BudgetConfig:
         measured cost: generated tokens + prefill_weight x prefilled tokens, counted by the engine's
         ledger; the running total is kept within a step of steps x tokens, and TRACE prices a
         continuation by its expected remaining tokens).
-      tokens: with unit="tokens", the measured cost each step spends.
+      tokens: with unit="tokens", the measured cost each step spends (in the budget an allocator is handed
+        for one step: that step's target, the share plus what earlier steps under- or over-spent).
       prefill_weight: what one prefilled token costs relative to a generated one (0: the budget is
         generated tokens alone; prefill and tool calls are still counted and reported).
       branch_k: continuations per branch point for treepo / entropy_branch.
@@ -96,11 +97,21 @@ class TokenMeter:
         self.budget = budget
         self.steps, self.spent, self.cost_per_unit = 0, 0.0, budget.tokens / budget.rollouts
 
+    def target(self) -> float:
+        """The measured cost the next step should spend: its share plus what earlier steps under- or
+        over-spent (never below 0)."""
+        return max((self.steps + 1) * self.budget.tokens - self.spent, 0.0)
+
     def rollouts(self) -> int:
         """M for the next step."""
         b = self.budget
-        target = (self.steps + 1) * b.tokens - self.spent
-        return int(np.clip(round(target / self.cost_per_unit), b.prompts * b.m_min, MAX_ROLLOUT_SCALE * b.rollouts))
+        return int(np.clip(round(self.target() / self.cost_per_unit), b.prompts * b.m_min,
+                           MAX_ROLLOUT_SCALE * b.rollouts))
+
+    def step_budget(self) -> BudgetConfig:
+        """The next step's budget: M from the meter, `tokens` its cost target (an allocator that measures
+        as it goes, TRACE's stage 2, spends to the target rather than to M)."""
+        return dataclasses.replace(self.budget, rollouts=self.rollouts(), tokens=max(int(round(self.target())), 1))
 
     def record(self, cost: float, units: float) -> None:
         """Books a finished step: its measured cost and the budget units it spent."""

@@ -11,6 +11,9 @@ The parts and their modes (`TraceConfig`):
   (the paper's reading: prompt i spends its own m_i * branch_n continuations on its own prefixes,
   one round, so M1 = M / (1 + branch_n)).
 The 2x2 Uniform/Active stage ablation is roots x {uniform, agreement|posterior} prefixes.
+With budget.unit="tokens" stage 2 spends to the step's measured-cost target (`budget.tokens` of the
+step's budget): what stage 1 left of it, in this step's measured cost per bare rollout, so a step whose
+chosen prompts run long or short does not carry the error of the meter's M into the next step.
 `holdout` random anchors get one continuation each before the choice: the predictor is scored on
 them without the selection bias of the chosen anchors (which are chosen where it disagrees with
 the outcome seen, so their in-loop AUC is biased low).
@@ -137,32 +140,38 @@ class TRACE(PredictorAllocator):
         candidates = engine.roots(pool)
         v = self.predictor.predict(np.stack([featurize(t, t.root) for t in candidates]))
         m = self.choose_roots(v, b, self._root_budget())
+        before = b.cost(engine.ledger)
         bare = engine.expand(candidates, [(i, 0, int(k)) for i, k in enumerate(m) if k > 0])
+        per_rollout = max((b.cost(engine.ledger) - before) / max(int(m.sum()), 1), 1.0)
         trees = [t for t, k in zip(candidates, m) if k > 0]
         # (prediction, outcome) pairs, the outcome being the mean success of the continuations sampled
         # because of that prediction (not of leaves seen before it was made)
         chosen = [(float(v[i]), new_success(candidates[i], 0, [leaf for t, leaf in bare if t == i]))
                   for i in np.flatnonzero(m)]
-        remaining = float(b.rollouts - int(m.sum()))
         held_out = self._holdout(engine, trees) if c.prefixes != "none" else []
-        remaining -= len(held_out)
+        spent = float(m.sum() + len(held_out))
+
+        def left() -> float:  # budget units still to spend; unit="tokens": measured, in this step's bare rollouts
+            if b.unit == "tokens":
+                return max(b.tokens - b.cost(engine.ledger), 0.0) / per_rollout
+            return b.rollouts - spent
+
         if c.prefixes != "none" and c.prefix_budget == "local":  # one round, every prompt on its own prefixes
-            groups = [([i], max(x, 0.0)) for i, x in enumerate(_local_budgets(m[m > 0], c.branch_n, remaining))]
-            spent, pairs = self._expand_prefixes(engine, trees, groups)
-            remaining -= spent
+            groups = [([i], max(x, 0.0)) for i, x in enumerate(_local_budgets(m[m > 0], c.branch_n, left()))]
+            units, pairs = self._expand_prefixes(engine, trees, groups)
+            spent += units
             chosen += pairs
         elif c.prefixes != "none":
             for r in range(b.rounds):
                 if not branch_points(trees):
                     break
-                spent, pairs = self._expand_prefixes(engine, trees, [(range(len(trees)), remaining / (b.rounds - r))])
-                remaining -= spent
+                units, pairs = self._expand_prefixes(engine, trees, [(range(len(trees)), left() / (b.rounds - r))])
+                spent += units
                 chosen += pairs
-        leftover = int(np.floor(remaining + 1e-9))  # whole rollouts (cost 1 in either unit) to the roots
+        leftover = max(int(np.floor(left() + 1e-9)), 0)  # whole rollouts (cost 1 in either unit) to the roots
         spend_leftover(engine, trees, leftover)
         return StepOutcome(trees=trees, calibration=_calibration(chosen), holdout_calibration=_calibration(held_out),
-                           holdout_pairs=tuple(held_out),
-                           budget_spent=b.rollouts - remaining + max(leftover, 0),
+                           holdout_pairs=tuple(held_out), budget_spent=spent + leftover,
                            root_counts=tuple(int(k) for k in m[m > 0]), predictor_loss=self.predictor.update(trees),
                            kappa=self.kappa if c.prefixes == "posterior" else None)
 

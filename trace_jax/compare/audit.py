@@ -2,8 +2,9 @@
 (METHOD.md section 7). Reads each step's ledger from the run's `StepRecord`s and fails loudly otherwise.
 
 Every step: rollouts started = finished = trained leaves + discarded, and the step spent the M it was
-planned with (`record.rollout_budget`; dapo may stop early once it kept B mixed groups; TRACE pricing
-continuations in tokens spends M rollout-equivalents to within one). With budget.unit="tokens" the
+planned with (`record.rollout_budget`; dapo may stop early once it kept B mixed groups; TRACE, whose
+budget_spent counts rollout-equivalents, spends M of them to within one, or with budget.unit="tokens"
+spends to the step's measured-cost target, whatever M). With budget.unit="tokens" the
 measured cost (`BudgetConfig.cost` of the engine's ledger) is audited too: after every step s the
 run's total is within TOKEN_TOLERANCE (one step's cap) of s x budget.tokens (dapo may stay below).
 """
@@ -50,25 +51,30 @@ def audit(name: str, run: RunConfig, steps: list[StepRecord]) -> Ledger:
             if started > planned or (started < planned and trees.trees < budget.prompts):
                 fail(f"dapo started {started} rollouts and kept {trees.trees} groups")
         elif record.budget_spent is not None and record.budget_spent != started:  # priced in rollout-equivalents
-            if not planned - 1 < record.budget_spent <= planned + 1e-6:
+            if budget.unit == "rollouts" and not planned - 1 < record.budget_spent <= planned + 1e-6:
                 fail(f"spent {record.budget_spent} rollout-equivalents")
         elif started != planned:
             fail(f"{started} rollouts started")
     if budget.unit == "tokens":
-        audit_cost(name, budget, [r.ledger for r in steps], may_underspend=dapo)
+        audit_cost(name, budget, [r.ledger for r in steps], may_underspend=dapo,
+                   planned=[r.rollout_budget for r in steps])
     return sum((r.ledger for r in steps), Ledger())
 
 
-def audit_cost(name: str, budget: BudgetConfig, ledgers: list[Ledger], *, may_underspend: bool = False) -> float:
+def audit_cost(name: str, budget: BudgetConfig, ledgers: list[Ledger], *, may_underspend: bool = False,
+               planned: list[int | None] | None = None) -> float:
     """budget.unit="tokens": after every step s the measured cost so far is within TOKEN_TOLERANCE of a
     step's budget.tokens from s x budget.tokens (below it is allowed where `may_underspend`). Returns the
-    final drift, in steps' budget.tokens."""
-    total, drift = 0.0, 0.0
+    final drift, in steps' budget.tokens. `planned`: each step's M, named in the error."""
+    total, drift, costs = 0.0, 0.0, []
     for step, ledger in enumerate(ledgers, start=1):
-        total += budget.cost(ledger)
+        costs.append(budget.cost(ledger))
+        total += costs[-1]
         drift = (total - step * budget.tokens) / budget.tokens
         if drift > TOKEN_TOLERANCE or (drift < -TOKEN_TOLERANCE and not may_underspend):
+            history = ", ".join(f"{c:.0f}" + ("" if planned is None else f" (M={planned[i]})")
+                                for i, c in enumerate(costs))
             raise BudgetAuditError(f"{name}, step {step}: measured cost {total:.0f} after {step} steps is {drift:+.2f} "
                                    f"steps' budget.tokens={budget.tokens} off {step} x budget.tokens (generated + "
-                                   f"{budget.prefill_weight} x prefilled)")
+                                   f"{budget.prefill_weight} x prefilled); per step: {history}")
     return drift

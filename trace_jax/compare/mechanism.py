@@ -116,7 +116,8 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
         ledgers.append(engine.ledger)
         planned.append(outcome.rollout_budget)
     budget = run.budget
-    drift = audit_cost(run.allocator.name, budget, ledgers, may_underspend=run.allocator.name == "dapo") \
+    drift = audit_cost(run.allocator.name, budget, ledgers, may_underspend=run.allocator.name == "dapo",
+                       planned=planned) \
         if budget.unit == "tokens" else None
     return {"gradient_cosine": _interval(cosines), "cosine_per_step": cosines,
             "effective_ratio": float(np.mean(effective)), "expanded_mixed_share": float(np.mean(mixed)),
