@@ -12,6 +12,7 @@ corpus JSONL (`{"id", "contents"}`) instead of the contexts. Native tool calls (
 Expected runtime at paper scale: hours on 16 accelerators.
 """
 
+from configs.qwen3_14b_multihop import on_16_devices
 from configs.qwen3_8b_multihop import paper_scale, runlocal
 from trace_jax.config_files import config_args
 
@@ -22,5 +23,5 @@ def get_config(arg: str | None = None):
     c = paper_scale(args["checkpoint"], "14b")
     c.task.update(source="hotpotqa", train_path=args["train"], test_path=args["test"], corpus_path=args["corpus"],
                   max_turns=6, action_format="hermes", f1_success=0.3)
-    c.mesh.fsdp = 16
+    on_16_devices(c)  # the 14B mesh the dry run showed fits 16 GiB devices
     return runlocal(c) if args["runlocal"] else c

@@ -22,7 +22,7 @@ def test_the_dry_run_reports_every_program_per_device():
     assert set(result["per_device_bytes"]) == {"learner", "decode", "prefill", "tree_expand", "roots"}
     assert set(result["sampling_layout"].values()) <= {"replicated", "fsdp_gathered"}
     assert all(v > 0 for v in result["per_device_bytes"].values()) and all(result["fits"].values())
-    assert "estimate (models/memory.py" in out.stdout
+    assert "estimate (models/memory.py" in out.stdout and "loop-invariant code motion disabled" in result["source"]
 
 
 def test_a_micro_batch_the_mesh_cannot_split_is_named(tmp_path):

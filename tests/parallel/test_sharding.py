@@ -65,3 +65,16 @@ def test_undivisible_dimensions_stay_unsharded():
 def test_mesh_larger_than_devices_is_refused():
     with pytest.raises(ValueError, match="needs more than"):
         make_mesh(4, 4, 1)
+
+
+def test_the_sampling_layout_replicates_params_only_where_their_shard_leaves_room():
+    """Qwen3-14B in bf16 on tensor 4 (7.4 GB a shard): the replicated sampler programs plan about 3x that in
+    experiments/dry_run.py, so a 16 GiB v5e gathers FSDP-sharded params layer by layer; a 95 GiB v5p
+    replicates; a backend that reports no memory (CPU) replicates."""
+    from trace_jax.models.transformer import num_params
+    from trace_jax.parallel.rules import replicated_sampling_fits
+
+    mesh, gib = make_mesh(1, 2, 4), 1 << 30
+    param_bytes = num_params(get_preset("qwen3-14b")) * 2
+    assert not replicated_sampling_fits(param_bytes, mesh, 16 * gib)
+    assert replicated_sampling_fits(param_bytes, mesh, 95 * gib) and replicated_sampling_fits(param_bytes, mesh, None)

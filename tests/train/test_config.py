@@ -1,6 +1,8 @@
 """Bad configs fail before compute, naming the field; defaults live in one place."""
 
 import dataclasses
+import json
+import os
 
 import pytest
 
@@ -8,6 +10,8 @@ from configs import quickstart
 from trace_jax import run_config, train
 from trace_jax.config_files import config_args, default_config
 from trace_jax.run_config import ConfigError, from_config_dict
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_quickstart_config_validates():
@@ -184,3 +188,39 @@ def test_a_paper_config_with_its_files_validates(tmp_path):
     run = run_config.from_config_dict(qwen3_8b_gsm8k.get_config(f"checkpoint={tmp_path / 'ckpt'},"
                                                                f"train={tmp_path / 'train.jsonl'}"))
     assert run.task.source == "gsm8k" and run.model.preset == "qwen3-8b" and run.mesh.fsdp == 8
+
+
+PAPER_CONFIG_ARGS = {  # every paper-scale config, each path pointing at a file or folder that exists
+    "qwen3_8b_multihop": "checkpoint={ckpt}", "qwen3_14b_multihop": "checkpoint={ckpt}",
+    "qwen3_8b_gsm8k": "checkpoint={ckpt},train={file}", "qwen3_8b_search_r1": "checkpoint={ckpt},train={file},corpus={file}",
+    "qwen3_8b_bfcl": "checkpoint={ckpt},data={ckpt}", "qwen3_8b_deepscaler": "checkpoint={ckpt},train={file}",
+    "qwen3_14b_hotpotqa": "checkpoint={ckpt},train={file},test={file}", "qwen3_8b_bfcl_multiturn": "checkpoint={ckpt}",
+}
+
+
+def test_every_paper_config_validates_at_scale_on_its_mesh(tmp_path):
+    """Each paper-scale config as shipped (not `:runlocal`) passes validation on as many devices as its mesh
+    names (16 fake CPU devices in a subprocess): a mesh that cannot split its micro-batch is caught here."""
+    import subprocess
+    import sys
+    (tmp_path / "train.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+    (tmp_path / "ckpt").mkdir()
+    script = (
+        "import importlib, json, sys\n"
+        "from trace_jax import run_config\n"
+        "out = {}\n"
+        "for name, arg in json.loads(sys.argv[1]).items():\n"
+        "    try:\n"
+        "        run = run_config.from_config_dict(importlib.import_module('configs.' + name).get_config(arg))\n"
+        "        out[name] = [run.mesh.data, run.mesh.fsdp, run.mesh.tensor, run.learner.micro_batch]\n"
+        "    except run_config.ConfigError as e:\n"
+        "        out[name] = str(e)\n"
+        "print(json.dumps(out))\n")
+    args = {k: v.format(ckpt=tmp_path / "ckpt", file=tmp_path / "train.jsonl") for k, v in PAPER_CONFIG_ARGS.items()}
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=16", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(args)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    meshes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(isinstance(m, list) for m in meshes.values()), meshes
+    assert meshes["qwen3_14b_multihop"] == meshes["qwen3_14b_hotpotqa"] == [1, 4, 4, 4]
