@@ -27,8 +27,9 @@ Per program and device: argument, output, temporary and aliased (donated) bytes 
 `compiled.memory_analysis()`, their sum (arguments + outputs + temporaries - aliased), FLOPs per token
 from `compiled.cost_analysis()` where XLA reports them (not inside loops), and `trace_jax/models/memory.py`'s
 estimate beside it. XLA:CPU's loop-invariant code motion is disabled (`CPU_HOISTING_PASSES`: on a CPU it
-hoists float32 copies of every bf16 weight out of the loops; `--cpu_hoisting` keeps it). Per device type, the sampling layout `to_sampling_layout` would pick there (replicated
-when a tensor shard of the params takes at most half the memory) and whether every program fits. The last
+hoists float32 copies of every bf16 weight out of the loops; `--cpu_hoisting` keeps it). Per device type,
+the sampling layout `to_sampling_layout` would pick there (replicated when a tensor shard of the params
+takes at most a quarter of the memory) and whether every program fits. The last
 line is one JSON object {"config", "devices", "mesh", "per_device_bytes": {"learner", "decode", "prefill",
 "tree_expand", "roots"} (on the smallest device type's layout, resident states included),
 "per_device_bytes_by_device", "sampling_layout", "fits": {"v5e 16GiB": bool, "v5p 95GiB": bool, "H100 80GB":
@@ -207,8 +208,8 @@ def main():
     print(f"{path}: {run.model.preset} ({run.model.param_dtype}), mesh {dict(mesh.shape)} on {len(jax.devices())} "
           f"fake CPU devices, {run.budget.rollouts} rollouts per step, {decoding_rows(run, mesh)} decoding at once "
           f"(rl.decode_slots={run.rl.decode_slots}, rl.keep_prefixes={run.rl.keep_prefixes}), context {context} "
-          f"tokens, learner micro-batches of {run.learner.micro_batch} (remat {run.learner.remat}); XLA:CPU loop hoisting "
-          f"{'kept' if args.cpu_hoisting else 'disabled'}", flush=True)
+          f"tokens, learner micro-batches of {run.learner.micro_batch} (remat {run.learner.remat}); XLA:CPU loop "
+          f"hoisting {'kept' if args.cpu_hoisting else 'disabled'}", flush=True)
     resident = resident_states(run, model_config, mesh, context, args.prompt_tokens)
     print("resident sampler states per device (added to each sampler program): " + ", ".join(
         f"{k} {v / GIB:.2f} GiB" for k, v in resident.items()), flush=True)

@@ -192,7 +192,8 @@ def test_a_paper_config_with_its_files_validates(tmp_path):
 
 PAPER_CONFIG_ARGS = {  # every paper-scale config, each path pointing at a file or folder that exists
     "qwen3_8b_multihop": "checkpoint={ckpt}", "qwen3_14b_multihop": "checkpoint={ckpt}",
-    "qwen3_8b_gsm8k": "checkpoint={ckpt},train={file}", "qwen3_8b_search_r1": "checkpoint={ckpt},train={file},corpus={file}",
+    "qwen3_8b_gsm8k": "checkpoint={ckpt},train={file}",
+    "qwen3_8b_search_r1": "checkpoint={ckpt},train={file},corpus={file}",
     "qwen3_8b_bfcl": "checkpoint={ckpt},data={ckpt}", "qwen3_8b_deepscaler": "checkpoint={ckpt},train={file}",
     "qwen3_14b_hotpotqa": "checkpoint={ckpt},train={file},test={file}", "qwen3_8b_bfcl_multiturn": "checkpoint={ckpt}",
 }
