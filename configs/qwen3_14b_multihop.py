@@ -8,7 +8,7 @@ On a pod the same command runs on every host (TPU pods and SLURM supply the rest
 and the data at the same path; the workdir must be shared (orbax writes each array once).
 The mesh is fsdp 4 x tensor 4 on 16 devices: `python experiments/dry_run.py --config
 configs/qwen3_14b_multihop.py --devices 16` plans every program within 16 GiB per device there (v5e; the
-learner step, decoding in waves of 32 rows with each layer recomputed in the backward pass, is the largest),
+learner step, each layer recomputed in the backward pass, is the largest at 15.2 GiB; decoding in waves of 32),
 where fsdp 8 x tensor 2 needs 19.8 GiB for the learner (README, "Scaling out"); on v5p or H100 either mesh
 fits. Expected runtime: hours on 16 accelerators.
 """

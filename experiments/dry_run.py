@@ -52,8 +52,9 @@ _parser.add_argument("--cpu_hoisting", action="store_true",
 # XLA:CPU has no bfloat16 matmul: it upcasts every bf16 dot's operands to float32, and its loop-invariant code
 # motion then hoists those converts out of the layer scan and the decode loop, materialising a float32 copy
 # of every weight (and of the saved layer inputs) that a bf16-native compiler (TPU, GPU) never makes: the
-# 14B learner on fsdp 4 x tensor 4 plans 18.89 GiB with them, 13.47 GiB without (buffer assignment:
-# f32[40,1280,4352] copies of each MLP weight, f32[40,4,5120,1280] of the saved layer inputs). The dry run
+# 14B learner on fsdp 4 x tensor 4 plans 18.89 GiB with them, 13.47 GiB without (gradients summed in bf16;
+# buffer assignment: f32[40,1280,4352] copies of each MLP weight, f32[40,4,5120,1280] of the saved layer
+# inputs). The dry run
 # disables those passes unless --cpu_hoisting; the converts then stay inside the loops, one layer at a time.
 CPU_HOISTING_PASSES = "while-loop-invariant-code-motion,while-loop-expensive-invariant-code-motion"
 

@@ -164,3 +164,24 @@ def test_a_non_finite_step_leaves_params_and_optimizer_state_unchanged(tiny_setu
     with pytest.raises(learner.NonFiniteError, match=r"RL step 7: loss nan"):
         learner.require_finite(learner.LearnerMetrics.from_device(metrics), "RL step 7")
     learner.require_finite(None, "no update")  # a step that trained nothing is fine
+
+
+def test_micro_batch_gradients_are_summed_in_float32_for_bf16_params(tiny_setup, rollouts):
+    """Paper configs keep bf16 params and sum a step's gradient over many micro-batches: the sum is taken in
+    float32 and rounded to bf16 once. 64 copies of one micro-batch: each copy's gradient is the single one's
+    / 64 exactly (the loss normaliser grows by a power of two), so the float32 sum gives the single
+    micro-batch's gradient bit for bit; summed in bf16 it would not (k x g needs more than 8 mantissa bits)."""
+    import dataclasses
+
+    config = dataclasses.replace(tiny_setup.policy.config, param_dtype="bfloat16", dtype="bfloat16")
+    params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), tiny_setup.policy.params)
+    seqs = [Sequence(s.tree, s.leaf, {n: 1.0 - 0.3 * i for i, n in enumerate(s.advantages)})
+            for s in estimate(rollouts, AdvantageConfig())]
+    one = jax.tree.map(lambda x: x[:1], learner.build_batch(rollouts, seqs, micro_batch=1))
+    single, _ = learner.gradients(config, LossConfig(), params, one)
+    summed, _ = learner.gradients(config, LossConfig(), params, jax.tree.map(lambda x: np.concatenate([x] * 64), one))
+    assert any(np.abs(np.asarray(x, np.float32)).max() > 0 for x in jax.tree.leaves(single))
+    for got, want in zip(jax.tree.leaves(summed), jax.tree.leaves(single)):
+        assert got.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+

@@ -3,8 +3,8 @@ that refuses a checkpoint too large for the runtime before anything is loaded, n
 Qwen3 preset that fits instead.
 
 The estimate counts what dominates at these shapes, per device:
-  - train state: params + gradients + AdamW's two moments, all in `param_dtype`, divided over the
-    `fsdp x tensor` devices the learner shards them across;
+  - train state: params and AdamW's two moments in `param_dtype`, the gradient summed over micro-batches
+    in float32 (`rl/learner.py`), divided over the `fsdp x tensor` devices the learner shards them across;
   - the larger of (a) the rollout KV cache, `2 L x rows x K H x context` in the compute dtype (all of it,
     as on one device; on a mesh each device holds 1 / (data x fsdp x min(tensor, K)) of it), and (b) the
     learner's activations of one micro-batch: per layer and token the outputs the layer keeps for the
@@ -72,7 +72,7 @@ def estimate(config: ModelConfig, *, rollout_rows: int, context: int, micro_batc
         raise ValueError(f"rollout_rows, context, micro_batch and shards must be >= 1, got {rollout_rows}, "
                          f"{context}, {micro_batch}, {shards}")
     c, act = config, _bytes(config.dtype)
-    train_state = 4 * num_params(c) * _bytes(c.param_dtype) // shards
+    train_state = num_params(c) * (3 * _bytes(c.param_dtype) + 4) // shards
     kv = 2 * c.num_layers * rollout_rows * c.num_kv_heads * c.head_dim * context * act
     per_token_layer = (4 * c.hidden_size + 3 * c.intermediate_size + 2 * c.num_heads * c.head_dim
                        + 2 * c.num_kv_heads * c.head_dim)

@@ -123,12 +123,14 @@ def _gradients(model_config: ModelConfig, loss_config: LossConfig, params: Param
         grads, totals = carry
         (loss, metrics), g = jax.value_and_grad(loss_fn, has_aux=True)(params, micro)
         totals = jax.tree.map(jnp.add, totals, {"loss": loss, **metrics})
-        return (jax.tree.map(jnp.add, grads, g), totals), None
+        return (jax.tree.map(lambda a, b: a + b.astype(jnp.float32), grads, g), totals), None
 
-    zeros = jax.tree.map(jnp.zeros_like, params)
+    # summed in float32 whatever the params' dtype (bf16 sums of many micro-batches lose the small ones),
+    # returned in the params' dtype for the optimizer
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
     totals0 = {k: jnp.zeros((), jnp.float32) for k in ("loss", "clip_fraction", "approx_kl", "entropy", "tokens")}
     (grads, totals), _ = jax.lax.scan(accumulate, (zeros, totals0), batch)
-    return grads, totals
+    return jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params), totals
 
 
 # The policy gradient a batch would give (the loss at the sampler's params: ratio 1, no clipping), for
