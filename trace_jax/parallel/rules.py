@@ -108,8 +108,8 @@ def replicated_sampling_fits(param_bytes: int, mesh: Mesh, device_bytes: int | N
     """Whether params replicated over the batch axes fit for decoding: one tensor shard of them takes at
     most `share` of a device's memory (the rest is the KV cache's and the activations'; in
     `experiments/dry_run.py` the replicated decode programs of the 8B and 14B configs plan 3.4x and 3.6x
-    their parameter shard (51.90 of 15.25 GiB, 24.61 of 6.88 GiB), so a half, the old share, picked a layout that did not fit 14B on 16 v5e). A
-    backend that does not report its memory (CPU) counts as fitting."""
+    their parameter shard (51.90 of 15.25 GiB, 24.61 of 6.88 GiB), so a half, the old share, picked a layout
+    that did not fit 14B on 16 v5e). A backend that does not report its memory (CPU) counts as fitting."""
     return device_bytes is None or param_bytes / mesh.shape["tensor"] <= share * device_bytes
 
 
