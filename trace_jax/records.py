@@ -76,6 +76,8 @@ class StepRecord:
         own errors, tool crashes caught at the environment boundary).
       cross_shard_rows: forked rows the sampler copied from another shard (on a mesh; `sampling/fork.py`).
       rollouts_by_process: rollouts started whose rows each process's devices decoded (multi-host split).
+      turns_by_process: environment turns (parsing, tool call, scoring) each process ran: those of the rows
+        its devices decoded; the other processes receive the results (`parallel/exchange.py`).
       slot_utilisation: sampled tokens per row-step the decode loop computed (1: no row ever waited for a
         slower one; `rl.decode_chunk` > 0 schedules continuously).
     """
@@ -96,6 +98,7 @@ class StepRecord:
     tool_errors: dict[str, int] = dataclasses.field(default_factory=dict)
     cross_shard_rows: int = 0
     rollouts_by_process: tuple[int, ...] | None = None
+    turns_by_process: tuple[int, ...] | None = None
     slot_utilisation: float | None = None
 
     @property
@@ -111,7 +114,7 @@ class StepRecord:
         nested = {"ledger": Ledger, "trees": TreeStats, "timings": Timings, "learner": LearnerMetrics,
                   "calibration": Calibration, "holdout_calibration": Calibration}
         fields = {k: (None if v is None else nested[k](**_nan(v))) if k in nested else v for k, v in d.items()}
-        for key in ("root_counts", "rollouts_by_process"):
+        for key in ("root_counts", "rollouts_by_process", "turns_by_process"):
             if fields.get(key) is not None:
                 fields[key] = tuple(fields[key])
         return cls(**fields)

@@ -115,6 +115,7 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
                         rollout_budget=outcome.rollout_budget, tool_errors=dict(engine.tool_errors),
                         cross_shard_rows=engine.cross_shard_rows,
                         rollouts_by_process=tuple(engine.rollouts_by_process),
+                        turns_by_process=tuple(engine.turns_by_process),
                         slot_utilisation=engine.decode_tokens / max(engine.decode_slot_steps, 1))
     return params, opt_state, record
 
@@ -239,10 +240,15 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
     return {"acc_after_sft": after_sft["accuracy"], "acc_after_rl": after_rl["accuracy"], "steps": run.rl.steps,
             "allocator": run.allocator.name,
             "effective_ratio": float(np.mean([r.trees.effective_ratio for r in history])) if history else None,
-            "rollouts_by_process": [int(n) for n in np.sum([r.rollouts_by_process for r in history
-                                                            if r.rollouts_by_process], axis=0, dtype=int)]
-            if any(r.rollouts_by_process for r in history) else None,
+            "rollouts_by_process": _by_process([r.rollouts_by_process for r in history]),
+            "turns_by_process": _by_process([r.turns_by_process for r in history]),
             "wall_s": round(time.time() - t0, 1)}
+
+
+def _by_process(counts) -> list[int] | None:
+    """Per-process counts summed over the steps that logged them (None when none did)."""
+    counts = [c for c in counts if c]
+    return [int(n) for n in np.sum(counts, axis=0, dtype=int)] if counts else None
 
 
 def restore_policy(config, workdir: str):

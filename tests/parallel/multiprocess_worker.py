@@ -17,7 +17,6 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=num_processes,
                            process_id=process_id)
 
-import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
 from tests.parallel.test_sharding import CONFIG, _batches  # noqa: E402

@@ -1,7 +1,6 @@
 """Sharded learner steps on 8 CPU devices equal the single-device steps, and params are really sharded."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

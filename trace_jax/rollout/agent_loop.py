@@ -22,6 +22,7 @@ from trace_jax.envs.protocol import Env, Episode, Task
 from trace_jax.envs.render import ReactRenderer
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
+from trace_jax.parallel import exchange
 from trace_jax.parallel.host import to_host
 from trace_jax.rollout.continuous import Batching, run_continuous
 from trace_jax.rollout.tree import Ledger, Node, RolloutTree
@@ -78,6 +79,11 @@ class _Branch:
     origin: int  # the anchor it was sampled from
 
 
+def _episode_state(episode: Episode) -> dict:
+    """What a turn changes in an episode (everything but the env and task it shares with its forks)."""
+    return {f.name: getattr(episode, f.name) for f in dataclasses.fields(episode) if f.name not in ("env", "task")}
+
+
 def tokens_to_stop(tokens: list[int], decode_turn, stop_strings: tuple[str, ...]) -> int:
     """How many of a turn's tokens a format keeps: up to the first token whose text completes a stop string
     (search_r1's `</search>`), all of them when there is none."""
@@ -98,6 +104,7 @@ class RolloutEngine:
         self.tool_errors: collections.Counter[str] = collections.Counter()  # error observations by kind
         self.cross_shard_rows = 0  # forked rows copied from another shard (on a mesh)
         self.rollouts_by_process = [0] * jax.process_count()  # rollouts whose rows each process's devices decode
+        self.turns_by_process = [0] * jax.process_count()  # env turns (parse, tool, score) each process ran
         self.decode_slot_steps = 0  # rows x decode steps computed (padding and finished rows included)
         self.decode_tokens = 0  # of which sampled a token of a live turn
         self._states: dict[int, SamplerState] = {}
@@ -155,9 +162,10 @@ class RolloutEngine:
             return leaves
         sid = self._reserve_state()  # where these branches' state is stored once they all finished
         gen, state, rows = self._fork(trees, branches, sources)  # branch i lives in state row rows[i]
+        owners = row_processes(state.batch_size, mesh_of(state))[np.asarray(rows, np.int64)]
         live = [True] * len(branches)
         while True:
-            observations, boundaries, dropped = self._step_envs(trees, branches, gen, live, leaves)
+            observations, boundaries, dropped = self._step_envs(trees, branches, gen, live, leaves, owners)
             if not any(live):
                 break
             if dropped:  # turns cut at a stop string: the state forgets the tokens sampled after it
@@ -255,15 +263,16 @@ class RolloutEngine:
         self._count_decode(gen, state.batch_size)
         return gen, state, plan.rows
 
-    def _step_envs(self, trees, branches, gen, live, leaves):
+    def _step_envs(self, trees, branches, gen, live, leaves, owners):
         """Parses every live branch's new turn, runs its tool, adds its node; returns the observation
-        ids per branch ([] when none) and the nodes that became turn boundaries."""
+        ids per branch ([] when none) and the nodes that became turn boundaries. `owners[i]`: the process
+        whose devices decoded branch i; only it runs the turn (`_run_turns`)."""
         p = self.policy
         observations: list[list[int]] = [[] for _ in branches]
         boundaries: dict[int, Node] = {}
         kept = {i: self._kept(gen.tokens[i, :int(gen.lengths[i])].tolist()) for i in range(len(branches)) if live[i]}
         texts = {i: p.renderer.decode_turn(gen.tokens[i, :k].tolist()) for i, k in kept.items()}
-        self.env.prefetch(list(texts.values()))  # lets a retrieval server answer the whole turn in one request
+        results = self._run_turns(branches, texts, {i: int(gen.lengths[i]) for i in kept}, owners)
         dropped: dict[int, int] = {}
         for i, branch in enumerate(branches):
             if not live[i]:
@@ -271,7 +280,7 @@ class RolloutEngine:
             n, sampled = kept[i], int(gen.lengths[i])
             tokens = gen.tokens[i, :n].tolist()
             tree = trees[branch.tree]
-            result = branch.episode.step(texts[i], num_tokens=sampled)
+            result = results[i]
             self.ledger.tokens_generated += sampled  # the cut tokens were generated: they count
             if "error" in result.info:
                 self.tool_errors[result.info["error"]] += 1
@@ -293,6 +302,27 @@ class RolloutEngine:
             if n < sampled:
                 dropped[i] = sampled - n
         return observations, boundaries, dropped
+
+    def _run_turns(self, branches, texts: dict[int, str], sampled: dict[int, int], owners) -> dict:
+        """Each branch's StepResult for its turn `texts[i]`. A process runs the turns of the branches it
+        owns (parsing, tools, scoring: the env's `prefetch` sees only those) and, on several processes,
+        receives the others' results and episode states (`parallel/exchange.py`), so every process holds
+        the same episodes afterwards and no tool call is made twice."""
+        me = jax.process_index()
+        own = [i for i in texts if int(owners[i]) == me]
+        self.env.prefetch([texts[i] for i in own])  # lets a retrieval server answer the whole turn in one request
+        results = {i: branches[i].episode.step(texts[i], num_tokens=sampled[i]) for i in own}
+        if jax.process_count() > 1:
+            parts = exchange.all_gather({i: (results[i], _episode_state(branches[i].episode)) for i in own})
+            for process, part in enumerate(parts):
+                self.turns_by_process[process] += len(part)
+                if process != me:
+                    for i, (result, state) in part.items():
+                        branches[i].episode = dataclasses.replace(branches[i].episode, **state)
+                        results[i] = result
+        else:
+            self.turns_by_process[me] += len(own)
+        return results
 
     def _kept(self, tokens: list[int]) -> int:
         return tokens_to_stop(tokens, self.policy.renderer.decode_turn, self.policy.renderer.action_format.stop_strings)

@@ -39,7 +39,8 @@ from trace_jax.sampling import decode
 from trace_jax.sampling.engine import Generation, fork_rows
 from trace_jax.sampling.rows import copy_rows, extend_rows, place_rows
 from trace_jax.sampling.fork import concat_states, gather_rows, merged_row, plan_fork
-from trace_jax.sampling.state import SamplerState, batch_bucket, empty_state, grow, mesh_of, rows_multiple
+from trace_jax.sampling.state import (SamplerState, batch_bucket, empty_state, grow, mesh_of, row_processes,
+                                      rows_multiple)
 
 if TYPE_CHECKING:
     from trace_jax.rollout.agent_loop import RolloutEngine
@@ -164,7 +165,7 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
             stepped = None
             if ended is not None:  # their tools run in the worker thread while this thread only decodes
                 stepped = tools.submit(engine._step_envs, trees, ended.branches, ended.turn,
-                                       [True] * len(ended.slots), leaves)
+                                       [True] * len(ended.slots), leaves, ended.owners)
             gen = None
             if decoding.any():
                 gen, state = decode(config, params, state, sampling, seed=engine.seed, row_ids=row_ids.tolist(),
@@ -184,10 +185,10 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
                 continue
             position[finished] = 0
             ended = _Ended(finished, [branches[occupant[s]] for s in finished],
-                           _turns([chunks.pop(s) for s in finished], limit))
+                           _turns([chunks.pop(s) for s in finished], limit), row_processes(slots, mesh)[finished])
             if not p.batching.overlap_tools:  # tools now, before the next chunk
                 state = _rejoin(engine, state, ended, engine._step_envs(trees, ended.branches, ended.turn,
-                                                                       [True] * len(finished), leaves),
+                                                                       [True] * len(finished), leaves, ended.owners),
                                 trees, final, occupant, previous, anchors_in)
                 ended = None
     if p.batching.keep_prefixes:
@@ -196,11 +197,13 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
 
 @dataclasses.dataclass(frozen=True)
 class _Ended:
-    """Slots whose turn just ended, their branches and the finished turns (one row each, in slot order)."""
+    """Slots whose turn just ended, their branches, the finished turns (one row each, in slot order) and the
+    process whose devices decoded each (it runs that turn's tools)."""
 
     slots: list[int]
     branches: list
     turn: Generation
+    owners: np.ndarray
 
 
 def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, trees, final: int, occupant,

@@ -1,7 +1,8 @@
 """Two CPU processes with two devices each (jax.distributed, gloo), started through the launcher, run 3
 TRACE RL steps of the quickstart's `runlocal` config on a (data 2, fsdp 2) mesh spanning both, and give
 what one process on the same mesh gives: held-out accuracy, every step's record (ledger, trees, learner
-metrics, predictor), the exported params; each process's devices decode half of the rollouts.
+metrics, predictor), the exported params; each process's devices decode half of the rollouts, and each
+process runs the tools of the turns its devices decoded (none twice).
 
 The SFT checkpoint is trained once, in this process, and copied into both workdirs (the runs restore it:
 in the two-process run through orbax as a global array)."""
@@ -82,6 +83,10 @@ def test_two_processes_run_the_rl_steps_of_one(tmp_path, sft_checkpoint):
     assert summary["rollouts_by_process"] == [reference["rollouts_by_process"][0] // 2] * 2
     got, want = _records(multi), _records(single)
     assert [r.pop("rollouts_by_process") for r in got] == [[r["ledger"]["rollouts_started"] // 2] * 2 for r in got]
+    # every turn's tools ran once, on the process that decoded its row; one process alone ran them all
+    turns = [r.pop("turns_by_process") for r in got]
+    assert [[sum(t)] for t in turns] == [r.pop("turns_by_process") for r in want]
+    assert all(min(t) > 0 for t in turns) and summary["turns_by_process"] == np.sum(turns, axis=0).tolist()
     for r in want:
         r.pop("rollouts_by_process")
     for g, w in zip(got, want):

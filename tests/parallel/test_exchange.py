@@ -1,0 +1,60 @@
+"""The host exchange of multi-host runs: what a process sends for a turn (the StepResult and the episode's
+state) survives the trip for every environment, and an episode restored from it continues exactly as the
+one that ran the turn. (Two real processes: tests/parallel/test_multiprocess.py.)"""
+
+import dataclasses
+import hashlib
+import pickle
+
+import numpy as np
+import pytest
+
+from tests.envs.test_datasets import _files
+from trace_jax.envs import SOURCES
+from trace_jax.envs.tasks.datasets import DATASETS
+from trace_jax.parallel import exchange
+from trace_jax.rollout.agent_loop import _episode_state
+
+
+def test_one_process_gathers_its_own_value():
+    assert exchange.all_gather({"a": 1}) == [{"a": 1}]
+
+
+def _sources(tmp_path):
+    out = {name: SOURCES[name](0, num_questions=60) for name in sorted(SOURCES)}
+    files = _files(tmp_path)
+    for name in sorted(DATASETS):
+        if name == "bfcl_multi_turn":
+            pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3.23")
+        out[name] = DATASETS[name](**files[name])
+    return out
+
+
+def _play(env, task, episode, policy, turns, seed, observation=None):
+    """Up to `turns` oracle turns on `episode`; returns (results, last observation)."""
+    rng = np.random.default_rng([seed, int(hashlib.sha256(task.id.encode()).hexdigest()[:8], 16)])
+    results = []
+    for _ in range(turns):
+        if episode.done:
+            break
+        text = env.action_format.from_react(policy(task, episode, observation, rng), env)
+        result = episode.step(text, num_tokens=len(text.split()))
+        results.append(result)
+        observation = result.observation
+    return results, observation
+
+
+def test_an_episode_restored_from_the_exchange_continues_as_the_one_that_ran(tmp_path):
+    for name, source in _sources(tmp_path).items():
+        env, policy = source.make_env(), source.oracle(0.3)  # mistakes too: error observations travel as well
+        for task in [t for split in ("train", "test") for t in source.tasks(split)][:4]:
+            ran = env.start(task)
+            results, observation = _play(env, task, ran, policy, turns=1, seed=0)
+            sent = pickle.loads(pickle.dumps((results[-1], _episode_state(ran))))
+            assert sent[0] == results[-1], (name, task.id)
+            received = dataclasses.replace(env.start(task), **sent[1])
+            assert _episode_state(received).keys() == _episode_state(ran).keys()
+            went_on, _ = _play(env, task, ran, policy, turns=20, seed=1, observation=observation)
+            restored, _ = _play(env, task, received, policy, turns=20, seed=1, observation=observation)
+            assert restored == went_on and received.history == ran.history, (name, task.id)
+            assert (received.done, received.tool_calls, received.turns) == (ran.done, ran.tool_calls, ran.turns)
