@@ -6,7 +6,8 @@ generated tokens, from each task's `results_tokens.json` (written by `compare.py
 
 Prints each task's paired difference, their mean (independent experiments: variances add) with its
 95% interval and minimal detectable difference, and says which tasks are missing or unfinished; the
-last line is one JSON object {"tasks": {...}, "mean": {...} | null, "missing": [...]}.
+last line is one JSON object {"tasks": {...}, "mean": {...} | null, "missing": [...]}, also written to
+`--output` (default experiments/results/primary_endpoint.json; empty: not written).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TASKS = ("multihop", "math", "funcall")
 flags.DEFINE_list("results", [os.path.join(RESULTS, f"powered_{t}") for t in TASKS],
                   "Results directories of the powered comparison, one per task.")
+flags.DEFINE_string("output", os.path.join(RESULTS, "primary_endpoint.json"),
+                    "Where the JSON object goes (empty: printed only).")
 
 
 def _difference(d: dict) -> PairedDifference:
@@ -64,6 +67,9 @@ def main(argv):
     for line in out["missing"]:
         print(f"missing: {line}")
     print(json.dumps(out))
+    if flags.FLAGS.output:
+        with open(flags.FLAGS.output, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -82,3 +82,10 @@ def test_the_primary_endpoint_script_pools_the_tasks_it_finds(tmp_path):
     assert set(out["tasks"]) == {"math", "funcall"} and len(out["missing"]) == 1
     assert out["mean"]["diff"] == pytest.approx(0.025)
     assert out["mean"]["standard_error"] == pytest.approx(np.sqrt(0.01 ** 2 + 0.02 ** 2) / 2)
+    written = tmp_path / "endpoint.json"
+    script.flags.FLAGS([__file__, f"--results={','.join(dirs)}", f"--output={written}"])
+    try:
+        script.main([])
+    finally:
+        script.flags.FLAGS.unparse_flags()
+    assert json.loads(written.read_text()) == json.loads(json.dumps(out))
