@@ -4,6 +4,7 @@ one that ran the turn. (Two real processes: tests/parallel/test_multiprocess.py.
 
 import dataclasses
 import hashlib
+import itertools
 import pickle
 
 import numpy as np
@@ -58,3 +59,52 @@ def test_an_episode_restored_from_the_exchange_continues_as_the_one_that_ran(tmp
             restored, _ = _play(env, task, received, policy, turns=20, seed=1, observation=observation)
             assert restored == went_on and received.history == ran.history, (name, task.id)
             assert (received.done, received.tool_calls, received.turns) == (ran.done, ran.tool_calls, ran.turns)
+
+
+class _FakeStore:
+    """The runtime client's key-value calls, with process 1's values already in it (or never, `silent`)."""
+
+    def __init__(self, silent=False):
+        self.values, self.silent, self.deleted = {}, silent, []
+
+    def key_value_set_bytes(self, key, value):
+        assert key not in self.values
+        self.values[key] = value
+
+    def blocking_key_value_get_bytes(self, key, timeout_ms):
+        if self.silent:
+            raise RuntimeError(f"DEADLINE_EXCEEDED: {key} after {timeout_ms} ms")
+        return self.values.get(key) or pickle.dumps({"from": 1, "key": key})
+
+    def key_value_delete(self, key):
+        self.deleted.append(key)
+
+
+@pytest.fixture
+def two_processes(monkeypatch):
+    from jax._src import distributed
+
+    monkeypatch.setattr(exchange.jax, "process_count", lambda: 2)
+    monkeypatch.setattr(exchange.jax, "process_index", lambda: 0)
+    monkeypatch.setattr(exchange, "_previous_key", [])  # this test's exchanges only
+    monkeypatch.setattr(exchange, "_sequence", itertools.count())
+
+    def use(store):
+        monkeypatch.setattr(distributed.global_state, "client", store)
+        return store
+    return use
+
+
+def test_each_exchange_has_its_own_keys_and_the_last_but_one_is_deleted(two_processes):
+    store = two_processes(_FakeStore())
+    first = exchange.all_gather("a")
+    second = exchange.all_gather("b")
+    assert first[0] == "a" and second[0] == "b" and first[1]["key"] != second[1]["key"]
+    assert pickle.loads(store.values[first[1]["key"][:-1] + "0"]) == "a"
+    assert store.deleted == [first[1]["key"][:-1] + "0"]  # the first exchange's own key, once the second completed
+
+
+def test_a_silent_peer_is_named(two_processes):
+    two_processes(_FakeStore(silent=True))
+    with pytest.raises(RuntimeError, match="process 1 did not send its host values .* within 7 s"):
+        exchange.all_gather("a", timeout_s=7)
