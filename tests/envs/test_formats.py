@@ -166,7 +166,7 @@ def test_search_r1_parses_its_tags_and_rewrites_demonstrations(sources):
         trajectory = run_episode(env, task, sources["multihop"].oracle(0.0))
         assert trajectory.success and trajectory.turns[0][0].endswith("</search>")
     from trace_jax.envs.formats import cut_at_stop
-    from trace_jax.rollout.agent_loop import tokens_to_stop
+    from trace_jax.rollout.turns import tokens_to_stop
     assert cut_at_stop("<search> a </search> junk", SEARCH_R1.stop_strings) == len("<search> a </search>")
     words = ["<search>", " a ", "</search>", " junk", " more"]
     assert tokens_to_stop(list(range(5)), lambda ids: "".join(words[i] for i in ids), SEARCH_R1.stop_strings) == 3

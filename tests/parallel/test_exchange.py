@@ -14,7 +14,6 @@ from tests.envs.test_datasets import _files
 from trace_jax.envs import SOURCES
 from trace_jax.envs.tasks.datasets import DATASETS
 from trace_jax.parallel import exchange
-from trace_jax.rollout.agent_loop import _episode_state
 
 
 def test_one_process_gathers_its_own_value():
@@ -51,10 +50,10 @@ def test_an_episode_restored_from_the_exchange_continues_as_the_one_that_ran(tmp
         for task in [t for split in ("train", "test") for t in source.tasks(split)][:4]:
             ran = env.start(task)
             results, observation = _play(env, task, ran, policy, turns=1, seed=0)
-            sent = pickle.loads(pickle.dumps((results[-1], _episode_state(ran))))
+            sent = pickle.loads(pickle.dumps((results[-1], ran.state())))
             assert sent[0] == results[-1], (name, task.id)
             received = dataclasses.replace(env.start(task), **sent[1])
-            assert _episode_state(received).keys() == _episode_state(ran).keys()
+            assert received.state().keys() == ran.state().keys()
             went_on, _ = _play(env, task, ran, policy, turns=20, seed=1, observation=observation)
             restored, _ = _play(env, task, received, policy, turns=20, seed=1, observation=observation)
             assert restored == went_on and received.history == ran.history, (name, task.id)

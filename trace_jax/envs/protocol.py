@@ -178,6 +178,11 @@ class Episode:
         return dataclasses.replace(self, history=list(self.history), memory=copy.deepcopy(self.memory),
                                    user_turns=list(self.user_turns))
 
+    def state(self) -> dict[str, Any]:
+        """What a turn changes (every field but the env and task it shares with its forks): with
+        `dataclasses.replace(episode, **state)` another process continues where this one stands."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("env", "task")}
+
     def step(self, text: str, num_tokens: int = 0) -> StepResult:
         if self.done:
             raise RuntimeError(f"episode of task {self.task.id} is already done")

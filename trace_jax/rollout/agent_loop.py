@@ -22,11 +22,10 @@ from trace_jax.envs.protocol import Env, Episode, Task
 from trace_jax.envs.render import ReactRenderer
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
-from trace_jax.parallel import exchange
 from trace_jax.parallel.host import to_host
 from trace_jax.rollout.continuous import Batching, run_continuous
 from trace_jax.rollout.tree import Ledger, Node, RolloutTree
-from trace_jax.envs.formats import cut_at_stop
+from trace_jax.rollout.turns import run_turns, tokens_to_stop, turn_sampling
 from trace_jax.sampling import SamplingParams, decode, extend, start, tree_expand, truncate
 from trace_jax.sampling.fork import concat_states, merged_row, plan_fork
 from trace_jax.sampling.state import SamplerState, mesh_of, row_processes
@@ -47,12 +46,6 @@ class Policy:
     sampling: SamplingParams
     renderer: ReactRenderer
     batching: Batching = Batching()
-
-
-def turn_sampling(sampling: SamplingParams, renderer: ReactRenderer) -> SamplingParams:
-    """Per-turn sampling that stops on the renderer's end-of-turn ids and reports entropy."""
-    stops = tuple(dict.fromkeys(tuple(sampling.stop_ids) + tuple(renderer.stop_ids)))
-    return dataclasses.replace(sampling, stop_ids=stops, return_entropy=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,19 +70,6 @@ class _Branch:
     episode: Episode
     uid: int
     origin: int  # the anchor it was sampled from
-
-
-def _episode_state(episode: Episode) -> dict:
-    """What a turn changes in an episode (everything but the env and task it shares with its forks)."""
-    return {f.name: getattr(episode, f.name) for f in dataclasses.fields(episode) if f.name not in ("env", "task")}
-
-
-def tokens_to_stop(tokens: list[int], decode_turn, stop_strings: tuple[str, ...]) -> int:
-    """How many of a turn's tokens a format keeps: up to the first token whose text completes a stop string
-    (search_r1's `</search>`), all of them when there is none."""
-    if not stop_strings or cut_at_stop(decode_turn(tokens), stop_strings) is None:
-        return len(tokens)
-    return next(k for k in range(1, len(tokens) + 1) if cut_at_stop(decode_turn(tokens[:k]), stop_strings) is not None)
 
 
 class RolloutEngine:
@@ -266,13 +246,14 @@ class RolloutEngine:
     def _step_envs(self, trees, branches, gen, live, leaves, owners):
         """Parses every live branch's new turn, runs its tool, adds its node; returns the observation
         ids per branch ([] when none) and the nodes that became turn boundaries. `owners[i]`: the process
-        whose devices decoded branch i; only it runs the turn (`_run_turns`)."""
+        whose devices decoded branch i; only it runs the turn (`turns.run_turns`)."""
         p = self.policy
         observations: list[list[int]] = [[] for _ in branches]
         boundaries: dict[int, Node] = {}
         kept = {i: self._kept(gen.tokens[i, :int(gen.lengths[i])].tolist()) for i in range(len(branches)) if live[i]}
         texts = {i: p.renderer.decode_turn(gen.tokens[i, :k].tolist()) for i, k in kept.items()}
-        results = self._run_turns(branches, texts, {i: int(gen.lengths[i]) for i in kept}, owners)
+        results = run_turns(self.env, branches, texts, {i: int(gen.lengths[i]) for i in kept}, owners,
+                            self.turns_by_process)
         dropped: dict[int, int] = {}
         for i, branch in enumerate(branches):
             if not live[i]:
@@ -302,27 +283,6 @@ class RolloutEngine:
             if n < sampled:
                 dropped[i] = sampled - n
         return observations, boundaries, dropped
-
-    def _run_turns(self, branches, texts: dict[int, str], sampled: dict[int, int], owners) -> dict:
-        """Each branch's StepResult for its turn `texts[i]`. A process runs the turns of the branches it
-        owns (parsing, tools, scoring: the env's `prefetch` sees only those) and, on several processes,
-        receives the others' results and episode states (`parallel/exchange.py`), so every process holds
-        the same episodes afterwards and no tool call is made twice."""
-        me = jax.process_index()
-        own = [i for i in texts if int(owners[i]) == me]
-        self.env.prefetch([texts[i] for i in own])  # lets a retrieval server answer the whole turn in one request
-        results = {i: branches[i].episode.step(texts[i], num_tokens=sampled[i]) for i in own}
-        if jax.process_count() > 1:
-            parts = exchange.all_gather({i: (results[i], _episode_state(branches[i].episode)) for i in own})
-            for process, part in enumerate(parts):
-                self.turns_by_process[process] += len(part)
-                if process != me:
-                    for i, (result, state) in part.items():
-                        branches[i].episode = dataclasses.replace(branches[i].episode, **state)
-                        results[i] = result
-        else:
-            self.turns_by_process[me] += len(own)
-        return results
 
     def _kept(self, tokens: list[int]) -> int:
         return tokens_to_stop(tokens, self.policy.renderer.decode_turn, self.policy.renderer.action_format.stop_strings)
