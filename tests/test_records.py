@@ -17,7 +17,8 @@ def _full(step=3):
     return dataclasses.replace(
         record, calibration=Calibration(brier=0.2, ece=0.1, auc=float("nan"), n=5), predictor_loss=0.6,
         learner=LearnerMetrics(loss=0.1, clip_fraction=0.0, approx_kl=1e-3, entropy=2.0, grad_norm=0.5,
-                               trained_tokens=70.0), groups_sampled=4)
+                               trained_tokens=70.0, updates=4, clip_fraction_last=0.1, approx_kl_last=2e-3,
+                               grad_norm_last=0.4), groups_sampled=4)
 
 
 def test_a_step_record_round_trips_through_its_json_line():
@@ -29,6 +30,20 @@ def test_a_step_record_round_trips_through_its_json_line():
     assert dataclasses.replace(back, calibration=None) == dataclasses.replace(record, calibration=None)
     assert back.ledger.rollouts_discarded == 4 and back.trees.leaves == 8
     assert StepRecord.from_json(json.loads(json.dumps(step_record(1).to_json()))) == step_record(1)
+    diagnosed = dataclasses.replace(record, trees=dataclasses.replace(
+        record.trees, prompts_mixed=2, root_groups_mixed=1, branch_leaf_share=0.25, anchor_depths=(3, 0, 1)))
+    assert StepRecord.from_json(json.loads(json.dumps(diagnosed.to_json()))).trees == diagnosed.trees
+
+
+def test_records_written_before_the_contrast_diagnostics_read_back_with_them_absent():
+    line = _full().to_json()
+    for key in ("prompts_mixed", "root_groups_mixed", "branch_leaf_share", "anchor_depths"):
+        del line["trees"][key]
+    for key in ("updates", "clip_fraction_last", "approx_kl_last", "grad_norm_last"):
+        del line["learner"][key]
+    back = StepRecord.from_json(line)
+    assert back.trees.anchor_depths is None and back.trees.prompts_mixed is None
+    assert back.learner.updates == 1 and math.isnan(back.learner.clip_fraction_last)
 
 
 def test_the_writer_logs_records_that_read_back_last_wins(tmp_path):

@@ -56,7 +56,7 @@ FIELD_RANGES: dict[str, Range | tuple[str, ...]] = {
     "rl.decode_chunk": _AT_LEAST_0, "rl.decode_slots": _AT_LEAST_0,
     "learner.remat": REMAT_POLICIES,
     "learner.learning_rate": _POSITIVE, "learner.weight_decay": _AT_LEAST_0, "learner.max_grad_norm": _POSITIVE,
-    "learner.micro_batch": _AT_LEAST_1,
+    "learner.micro_batch": _AT_LEAST_1, "learner.mini_batches": _AT_LEAST_1, "learner.epochs": _AT_LEAST_1,
     "budget.rollouts": _AT_LEAST_1, "budget.prompts": _AT_LEAST_1, "budget.candidates": _AT_LEAST_1,
     "budget.m_min": _AT_LEAST_1, "budget.m_max": _AT_LEAST_1, "budget.rounds": _AT_LEAST_0,
     "budget.branch_k": _AT_LEAST_1,

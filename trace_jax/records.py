@@ -30,9 +30,16 @@ class TreeStats:
       trees, leaves: trees trained on and their leaves (rollouts that finished in them).
       effective_ratio: share of trees with both a successful and a failed leaf.
       expanded_mixed_share: share of expanded prefixes whose subtree is mixed.
-      nonzero_advantage_token_share: share of trained tokens with a non-zero advantage.
+      nonzero_advantage_token_share: share of trained tokens with a non-zero advantage, under the run's own
+        advantage estimator (a token shared by several sequences counts once per sequence that trains it;
+        records before 2026-12-05 computed trace_tree's for every arm).
       useful_rollout_share: leaves in mixed trees per rollout bought (discarded ones included).
       reward: mean leaf reward.
+      prompts_mixed: trees (distinct prompts trained; `trees` counts them all) with mixed outcomes.
+      root_groups_mixed: trees whose bare rollouts (sampled at the root) alone are mixed.
+      branch_leaf_share: share of leaves that are branches from turn prefixes (stage 2, holdout anchors).
+      anchor_depths: branch leaves per anchor depth (index 0: from the first turn boundary).
+      (The last four are None in records written before they existed.)
     """
 
     trees: int
@@ -42,6 +49,10 @@ class TreeStats:
     nonzero_advantage_token_share: float
     useful_rollout_share: float
     reward: float
+    prompts_mixed: int | None = None
+    root_groups_mixed: int | None = None
+    branch_leaf_share: float | None = None
+    anchor_depths: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -113,7 +124,10 @@ class StepRecord:
     def from_json(cls, d: dict[str, Any]) -> StepRecord:
         nested = {"ledger": Ledger, "trees": TreeStats, "timings": Timings, "learner": LearnerMetrics,
                   "calibration": Calibration, "holdout_calibration": Calibration}
-        fields = {k: (None if v is None else nested[k](**_nan(v))) if k in nested else v for k, v in d.items()}
+        fields = {k: (None if v is None else nested[k](**_nan(v, nested[k]))) if k in nested else v
+                  for k, v in d.items()}
+        if fields["trees"].anchor_depths is not None:
+            fields["trees"] = dataclasses.replace(fields["trees"], anchor_depths=tuple(fields["trees"].anchor_depths))
         for key in ("root_counts", "rollouts_by_process", "turns_by_process"):
             if fields.get(key) is not None:
                 fields[key] = tuple(fields[key])
@@ -163,8 +177,10 @@ def _finite(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _nan(fields: dict[str, Any]) -> dict[str, Any]:
-    return {k: float("nan") if v is None else v for k, v in fields.items()}
+def _nan(fields: dict[str, Any], cls) -> dict[str, Any]:
+    """None (a NaN in JSON) back to NaN, except in fields whose default is None (absent, not NaN)."""
+    optional = {f.name for f in dataclasses.fields(cls) if f.default is None}
+    return {k: float("nan") if v is None and k not in optional else v for k, v in fields.items()}
 
 
 def append_step(workdir: str, record: StepRecord) -> None:

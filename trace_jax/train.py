@@ -23,10 +23,10 @@ from trace_jax.experiment import (Setup, banner, build, derive_seed, eval_tasks,
 from trace_jax.metrics import MetricWriter
 from trace_jax.models import hf_io
 from trace_jax.records import CheckpointRecord, StepRecord, Timings, TreeStats, read_steps
-from trace_jax.rl import learner
-from trace_jax.rl.advantages import estimate, node_advantages
+from trace_jax.rl import learner, updates
+from trace_jax.rl.advantages import estimate, nonzero_advantage_token_share
 from trace_jax.rollout.agent_loop import RolloutEngine
-from trace_jax.rollout.tree import step_statistics
+from trace_jax.rollout.tree import contrast_statistics, step_statistics
 from trace_jax.stopping import RunInterrupted, StopFlag
 
 __all__ = ["Setup", "build", "derive_seed", "eval_tasks", "held_out", "train_tasks", "warm_start", "make_allocator",
@@ -92,16 +92,16 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
     sequences = estimate(outcome.trees, run.advantage)
     metrics = None
     if sequences:
-        batch = learner.build_batch(outcome.trees, sequences, run.learner.micro_batch)
-        params, opt_state, device_metrics = learn(params, opt_state, batch)
-        metrics = learner.LearnerMetrics.from_device(device_metrics)
-    stats = step_statistics(outcome.trees, [node_advantages(t, run.advantage) for t in outcome.trees])
+        batches = updates.plan(outcome.trees, sequences, run.learner, derive_seed(run.seed, "learner", step))
+        params, opt_state, metrics = updates.run(learn, params, opt_state, batches, run.learner.epochs)
+    stats = step_statistics(outcome.trees)
     leaves = [leaf for t in outcome.trees for leaf in t.leaves()]
     ledger = engine.ledger
     trees = TreeStats(
         trees=len(outcome.trees), leaves=len(leaves), effective_ratio=stats["effective_ratio"],
         expanded_mixed_share=stats["expanded_mixed_share"],
-        nonzero_advantage_token_share=stats["nonzero_advantage_token_share"],
+        nonzero_advantage_token_share=nonzero_advantage_token_share(outcome.trees, sequences),
+        **contrast_statistics(outcome.trees),
         # rollouts that landed in a tree with both outcomes, per rollout bought (discarded ones included)
         useful_rollout_share=sum(len(t.leaves()) for t in outcome.trees if t.is_mixed()) / max(
             ledger.rollouts_started, 1),

@@ -116,3 +116,40 @@ def test_the_mixed_difficulty_pools_warm_start_on_their_easy_part():
     assert compare_math.get_config().task.max_difficulty == 3
     with pytest.raises(ConfigError, match=r"sources \['math', 'multihop'\], not 'funcall'"):
         compare_funcall.get_config("mixed")
+
+
+def test_the_trace_arm_is_the_papers_local_mode_with_holdout_anchors_and_trace_global_is_the_pool():
+    compare, base = grid.split_config(compare_multihop.get_config())
+    compare = dataclasses.replace(compare, allocators=("grpo", "trace", "trace_global"), seeds=(0,))
+    runs = {v.name: r for v, _, r in grid.validate(base, compare)}
+    assert (runs["trace"].allocator.prefix_budget, runs["trace"].allocator.holdout) == ("local", grid.TRACE_HOLDOUT)
+    assert (runs["trace_global"].allocator.prefix_budget, runs["trace_global"].allocator.holdout) == ("global", 0)
+    assert runs["trace_global"].allocator.name == runs["trace"].allocator.name == "trace"
+    with pytest.raises(ValueError, match="trace_local"):
+        dataclasses.replace(compare, allocators=("trace_local",))
+
+
+def test_a_sweep_runs_every_arm_at_every_setting_and_arm_settings_tune_each_arm_apart():
+    config = compare_multihop.get_config()
+    config.compare.allocators = ("grpo", "trace")
+    config.compare.sweep = dict(learner=dict(learning_rate=(1e-4, 1e-3), mini_batches=(1, 4)))
+    compare, base = grid.split_config(config)
+    compare = dataclasses.replace(compare, seeds=(0,))
+    runs = grid.validate(base, compare)
+    names = [v.name for v, _, _ in runs]
+    assert names[:2] == ["grpo learning_rate=0.0001 mini_batches=1", "grpo learning_rate=0.0001 mini_batches=4"]
+    assert len(names) == 8 and {grid.arm_of(n) for n in names} == {"grpo", "trace"}
+    assert {(r.allocator.name, r.learner.learning_rate, r.learner.mini_batches) for _, _, r in runs} == {
+        (a, lr, mb) for a in ("grpo", "trace") for lr in (1e-4, 1e-3) for mb in (1, 4)}
+    config.compare.sweep = {}
+    config.compare.arm_settings = dict(trace=dict(learner=dict(learning_rate=1e-3)))
+    compare, base = grid.split_config(config)
+    runs = {v.name: r for v, _, r in grid.validate(base, dataclasses.replace(compare, seeds=(0,)))}
+    assert (runs["trace"].learner.learning_rate, runs["grpo"].learner.learning_rate) == (1e-3, 1e-4)
+    config.compare.arm_settings = dict(pcl=dict(learner=dict(learning_rate=1e-3)))
+    with pytest.raises(ConfigError, match="arm_settings for \\['pcl'\\]"):
+        grid.split_config(config)
+    config.compare.arm_settings = dict(trace=dict(learner=dict(learning_rte=1e-3)))
+    compare, base = grid.split_config(config)
+    with pytest.raises(ConfigError, match="'trace'.*learning_rte"):
+        grid.validate(base, compare)

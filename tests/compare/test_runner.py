@@ -182,7 +182,7 @@ def test_the_mechanism_study_measures_every_variant_and_resumes(compared, monkey
     c.compare.mechanism_steps, c.compare.mechanism_reference, c.compare.mechanism_group = 3, 16, 4
     c.compare.mechanism_holdout = 1
     head = run_comparison(c, workdir, study="mechanism")
-    names = ["grpo", "trace", "trace posterior", "trace local (paper)"]
+    names = ["grpo", "trace", "trace posterior", "trace global"]
     assert list(head["gradient_cosine"]) == names
     for cos in head["gradient_cosine"].values():
         assert -1 <= cos["ci95"][0] <= cos["mean"] <= cos["ci95"][1] <= 1

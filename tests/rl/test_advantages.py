@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from trace_jax.registry import RegistryError
-from trace_jax.rl.advantages import AdvantageConfig, estimate
-from trace_jax.rollout.tree import RolloutTree, step_statistics
+from trace_jax.rl.advantages import AdvantageConfig, estimate, nonzero_advantage_token_share
+from trace_jax.rollout.tree import RolloutTree, contrast_statistics, step_statistics
 
 
 class _Task:
@@ -70,16 +70,52 @@ def test_grpo_duplicates_shared_prefixes_and_tree_grpo_adds_intra_and_inter():
     assert [s.advantages[s.leaf] for s in tg] == pytest.approx(list(np.array(intra) + z), abs=1e-6)
 
 
-def test_step_statistics():
+def test_step_and_contrast_statistics():
     tree, c1, a, b, c2 = branched_tree()
-    seqs = estimate([tree], AdvantageConfig())
-    adv = np.zeros(len(tree.nodes))
-    for s in seqs:
-        for n, v in s.advantages.items():
-            adv[n] = v
-    stats = step_statistics([tree], [adv])
+    tree.nodes[b].origin = c1  # b branched from the boundary after c1; a finished the bare rollout through c1
+    stats = step_statistics([tree])
     assert stats["effective_ratio"] == 1.0 and stats["expanded_mixed_share"] == 1.0
-    assert stats["nonzero_advantage_token_share"] == 1.0
+    assert nonzero_advantage_token_share([tree], estimate([tree], AdvantageConfig())) == 1.0
+    contrast = contrast_statistics([tree])
+    # bare rollouts a (success) and c2 (failure) are mixed alone; one leaf of three is a branch, from depth 1
+    assert contrast == {"prompts_mixed": 1, "root_groups_mixed": 1, "branch_leaf_share": 1 / 3, "anchor_depths": (1,)}
+    tree.nodes[a].success = False  # now only the branch succeeded: the tree is mixed, its bare group is not
+    contrast = contrast_statistics([tree])
+    assert (contrast["prompts_mixed"], contrast["root_groups_mixed"]) == (0, 0)
+    tree.nodes[b].success = True
+    assert contrast_statistics([tree])["prompts_mixed"] == 1 and contrast_statistics([tree])["root_groups_mixed"] == 0
+
+
+def test_the_nonzero_advantage_share_is_the_estimators_own():
+    """All bare rollouts agree and a branch succeeds: grpo gives every leaf a non-zero advantage, trace_tree
+    trains c1 and the branch leaf with non-zero advantages too, but with lambda 0 and the root-rollout
+    baseline a leaf at V(x) gets 0."""
+    tree, c1, a, b, c2 = branched_tree()
+    tree.nodes[b].origin = c1
+    for leaf, success in ((a, False), (b, True), (c2, False)):
+        tree.nodes[leaf].success = success
+    grpo = nonzero_advantage_token_share([tree], estimate([tree], AdvantageConfig(name="grpo")))
+    root = nonzero_advantage_token_share([tree], estimate([tree], AdvantageConfig(baseline="root_rollouts",
+                                                                                  lambda_local=0.0)))
+    assert grpo == 1.0 and root < 1.0
+
+
+def test_the_root_rollout_baseline_leaves_branch_leaves_out_of_v_x_and_sigma_x():
+    tree, c1, a, b, c2 = branched_tree()  # bare: a (success), c2 (failure); branch: b (failure)
+    tree.nodes[b].origin = c1
+    lam = 0.5
+    got = {n: v for s in estimate([tree], AdvantageConfig(baseline="root_rollouts", lambda_local=lam, eps=0.0))
+           for n, v in s.advantages.items()}
+    v_x, sigma = 0.5, 0.5  # over a and c2 alone (all leaves: 1/3 and 0.471)
+    assert got[c2] == pytest.approx((0 - v_x) / sigma + lam * (0 - 1 / 3))
+    assert got[a] == pytest.approx((1 - v_x) / sigma + lam * (1 - 0.5))
+    tree.nodes[a].success = False  # bare rollouts agree: sigma_x falls back to the std over all leaves
+    tree.nodes[b].success = True
+    got = {n: v for s in estimate([tree], AdvantageConfig(baseline="root_rollouts", lambda_local=0.0, eps=0.0))
+           for n, v in s.advantages.items()}
+    assert got[b] == pytest.approx((1 - 0.0) / np.std([0.0, 1.0, 0.0]))
+    with pytest.raises(ValueError, match="advantage.baseline"):
+        AdvantageConfig(baseline="median")
 
 
 def test_unknown_estimator_is_named():

@@ -6,13 +6,27 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 
 from trace_jax import run_config
-from trace_jax.allocation import ALLOCATORS, default_advantage
+from trace_jax.allocation import default_advantage
 from trace_jax.allocation.predictor import FEATURIZERS
 
 ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
-PRIMARY_ARMS = ("grpo", "trace")  # the primary endpoint is TRACE - GRPO
+# Random anchors per step the paper-mode arm holds out of its choice (one continuation each), so its
+# predictor is scored without selection bias in steps.jsonl (`holdout_calibration`); 2 of M = 32 rollouts.
+TRACE_HOLDOUT = 2
+
+# The comparison's arms: name -> config overrides. Each allocator is an arm under its own name; "trace" is
+# the paper's TRACE (stage 2 spends m_i x N continuations on prompt i's own prefixes, one round) with
+# holdout anchors; "trace_global" is our extension (one pool of M - M1 over all trees, budget.rounds
+# rounds), the mode of every grid before 2026-12-05.
+ARMS: dict[str, dict[str, object]] = {
+    **{name: {"allocator.name": name} for name in ALL_ALLOCATORS},
+    "trace": {"allocator.name": "trace", "allocator.prefix_budget": "local", "allocator.holdout": TRACE_HOLDOUT},
+    "trace_global": {"allocator.name": "trace", "allocator.prefix_budget": "global"},
+}
+PRIMARY_ARMS = ("grpo", "trace", "trace_global")  # the primary endpoint is TRACE - GRPO; both TRACE modes
 
 # Each ablation: variant name -> config overrides ("section.field": value). Every variant spends the
 # same budget; the baselines in the stages table are the uniform cells of the paper's uniform/active table.
@@ -46,14 +60,18 @@ ABLATIONS["advantage"] = {
 # The mechanism study (`study="mechanism"`) measures TRACE's stage-2 modes beside the allocators.
 MECHANISM_EXTRA: dict[str, dict[str, object]] = {
     "trace posterior": {"allocator.name": "trace", "allocator.prefixes": "posterior"},
-    "trace local (paper)": {"allocator.name": "trace", "allocator.prefix_budget": "local"},
+    "trace global": {"allocator.name": "trace", "allocator.prefix_budget": "global"},
 }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CompareSection:
     """Attributes:
-      allocators: the allocators of the main comparison.
+      allocators: the arms of the main comparison (ARMS: each allocator by name, "trace" in the paper's
+        local mode, "trace_global").
+      sweep: {section: {field: values}}: every arm runs at every combination (a step-size screen); the
+        variant is named "<arm> field=value ...".
+      arm_settings: {arm: {section: {field: value}}}: an arm's own settings (each arm at its tuned step size).
       seeds: RL seeds; every (variant, seed) starts from the same SFT checkpoint.
       primary_seeds: the seeds of the primary endpoint's arms (PRIMARY_ARMS: grpo and trace) when they
         run more than the others (() = `seeds`).
@@ -85,6 +103,8 @@ class CompareSection:
     """
 
     allocators: tuple[str, ...] = ALL_ALLOCATORS
+    sweep: dict = dataclasses.field(default_factory=dict)
+    arm_settings: dict = dataclasses.field(default_factory=dict)
     seeds: tuple[int, ...] = (0, 1, 2)
     primary_seeds: tuple[int, ...] = ()
     results: str = ""
@@ -103,9 +123,17 @@ class CompareSection:
     token_calibration: int = 256
 
     def __post_init__(self):
-        unknown = [a for a in self.allocators if a not in ALLOCATORS]
+        unknown = [a for a in self.allocators if a not in ARMS]
         if unknown or not self.allocators:
-            raise ValueError(f"allocators {unknown or '()'} unknown/empty; registered {ALLOCATORS.names()}")
+            raise ValueError(f"allocators {unknown or '()'} unknown/empty; arms {sorted(ARMS)}")
+        stray = sorted(set(self.arm_settings) - set(self.allocators))
+        if stray:
+            raise ValueError(f"arm_settings for {stray}, which are not among the allocators {list(self.allocators)}")
+        for where, table in [("sweep", self.sweep)] + [(f"arm_settings.{a}", t) for a, t in self.arm_settings.items()]:
+            if not isinstance(table, dict) or not all(isinstance(f, dict) for f in table.values()):
+                raise ValueError(f"{where} must map sections to {{field: value}}, got {table!r}")
+        if any(not isinstance(v, (tuple, list)) or not v for f in self.sweep.values() for v in f.values()):
+            raise ValueError(f"every sweep field needs a non-empty tuple of values, got {self.sweep!r}")
         if self.ablation and self.ablation not in ABLATIONS:
             raise ValueError(f"ablation {self.ablation!r} unknown; known {sorted(ABLATIONS)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
@@ -144,16 +172,45 @@ def split_config(config) -> tuple[CompareSection, dict]:
     for key in ("allocators", "seeds", "primary_seeds"):
         if key in given:
             given[key] = tuple(given[key])
+    for key in ("sweep", "arm_settings"):
+        if key in given:
+            given[key] = _plain(given[key])
     try:
         return CompareSection(**given), raw
     except (ValueError, TypeError) as e:
         raise run_config.ConfigError(f"config section 'compare': {e}") from None
 
 
+def _flat(sections: dict) -> dict[str, object]:
+    return {f"{section}.{field}": value for section, fields in sections.items() for field, value in fields.items()}
+
+
+def _label(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _plain(value):
+    """Nested dicts (from a ConfigDict) with lists as tuples, so the section compares and hashes as JSON."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return tuple(value) if isinstance(value, list) else value
+
+
 def variants(compare: CompareSection) -> list[Variant]:
     if compare.ablation:
         return [Variant(name, {"allocator.name": "trace", **o}) for name, o in ABLATIONS[compare.ablation].items()]
-    return [Variant(name, {"allocator.name": name}) for name in compare.allocators]
+    arms = [Variant(name, {**ARMS[name], **_flat(compare.arm_settings.get(name, {}))}) for name in compare.allocators]
+    sweep = _flat(compare.sweep)
+    if not sweep:
+        return arms
+    return [Variant(f"{arm.name} " + " ".join(f"{k.split('.')[1]}={_label(v)}" for k, v in zip(sweep, values)),
+                    {**arm.overrides, **dict(zip(sweep, values))})
+            for arm in arms for values in itertools.product(*sweep.values())]
+
+
+def arm_of(variant: str) -> str:
+    """The arm a variant belongs to (a sweep's variants are named "<arm> field=value ...")."""
+    return variant.split(" ")[0]
 
 
 def suffix(compare: CompareSection) -> str:
@@ -201,7 +258,7 @@ def mechanism_variants(base: dict, compare: CompareSection) -> list[tuple[str, r
 
 def seeds_of(variant: Variant, compare: CompareSection) -> tuple[int, ...]:
     """A variant's seeds: `primary_seeds` for the primary endpoint's arms when set, else `seeds`."""
-    if compare.primary_seeds and not compare.ablation and variant.name in PRIMARY_ARMS:
+    if compare.primary_seeds and not compare.ablation and arm_of(variant.name) in PRIMARY_ARMS:
         return compare.primary_seeds
     return compare.seeds
 

@@ -61,6 +61,7 @@ def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: l
     per_step = per_step_curves(steps)
     return {
         "variant": variant, "seed": seed, "final_accuracy": summary["acc_after_rl"], "after_sft": after_sft,
+        **contrast(steps),
         "effective_ratio": float(np.mean(per_step["effective_ratio"])),
         "useful_rollout_share": float(np.mean(per_step["useful_rollout_share"])),
         "tokens_generated": int(ledger.tokens_generated), "ledger": dataclasses.asdict(ledger),
@@ -69,6 +70,57 @@ def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: l
                  **{axis: [0 if s == 0 else total[s - 1] for s, _ in evals] for axis, total in totals.items()}},
         "per_step": per_step,
     }
+
+
+ARMS_NOTE = ("Arms: `trace` is the paper's TRACE (stage 2 spends m_i x N continuations on prompt i's own turn "
+             "prefixes, one round, with holdout anchors scoring the predictor); `trace_global` our extension (one "
+             "stage-2 pool over all trees, `budget.rounds` rounds). Grids before 2026-12-05 ran the global mode "
+             "under the name `trace`.")
+CONTRAST = ("prompts_trained", "prompts_mixed", "root_groups_mixed", "branch_leaf_share",
+            "nonzero_advantage_token_share", "clip_fraction", "clip_fraction_last", "approx_kl_last", "updates")
+
+
+def contrast(steps: list[StepRecord]) -> dict:
+    """What the contrast of a run's steps was (means per step; None where the records predate a figure),
+    and the branch leaves per anchor depth summed over its steps."""
+    def mean(values):
+        values = [v for v in values if v is not None and math.isfinite(v)]
+        return float(np.mean(values)) if values else None
+
+    learned = [r.learner for r in steps if r.learner is not None]
+    depths = [r.trees.anchor_depths for r in steps if r.trees.anchor_depths is not None]
+    histogram = np.zeros(max((len(d) for d in depths), default=0), int)
+    for d in depths:
+        histogram[: len(d)] += np.asarray(d, int)
+    return {"prompts_trained": mean([r.trees.trees for r in steps]),
+            **{k: mean([getattr(r.trees, k) for r in steps])
+               for k in ("prompts_mixed", "root_groups_mixed", "branch_leaf_share", "nonzero_advantage_token_share")},
+            **{k: mean([getattr(m, k) for m in learned]) for k in ("clip_fraction", "clip_fraction_last",
+                                                                   "approx_kl_last", "updates")},
+            "anchor_depths": histogram.tolist() if depths else None}
+
+
+def contrast_markdown(runs: list[dict]) -> str:
+    """One row per variant: the contrast figures (means over its seeds) and its anchor-depth histogram."""
+    lines = ["| variant | prompts trained / step | mixed prompts / step | bare groups mixed / step | branch-leaf "
+             "share | non-zero-advantage token share (own estimator) | clip fraction (mean / last update) | "
+             "updates / step | branch leaves by anchor depth (1, 2, ...) |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def cell(values, fmt):
+        values = [v for v in values if v is not None]
+        return format(float(np.mean(values)), fmt) if values else "n/a"
+
+    for variant in dict.fromkeys(r["variant"] for r in runs):
+        mine = [r for r in runs if r["variant"] == variant]
+        depths = [r.get("anchor_depths") for r in mine if r.get("anchor_depths")]
+        width = max((len(d) for d in depths), default=0)
+        hist = np.sum([np.pad(np.asarray(d, int), (0, width - len(d))) for d in depths], axis=0).tolist() if depths else "n/a"
+        col = {k: [r.get(k) for r in mine] for k in CONTRAST}
+        lines.append(f"| {variant} | {cell(col['prompts_trained'], '.2f')} | {cell(col['prompts_mixed'], '.2f')} | "
+                     f"{cell(col['root_groups_mixed'], '.2f')} | {cell(col['branch_leaf_share'], '.3f')} | "
+                     f"{cell(col['nonzero_advantage_token_share'], '.3f')} | {cell(col['clip_fraction'], '.3f')} / "
+                     f"{cell(col['clip_fraction_last'], '.3f')} | {cell(col['updates'], '.1f')} | {hist} |")
+    return "\n".join(lines) + "\n"
 
 
 def aggregate(runs: list[dict]) -> dict[str, dict]:

@@ -311,6 +311,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         with open(written[1], "w", encoding="utf-8") as f:
             f.write(report.markdown(summary, title=title, after_sft=after_sft["accuracy"], setting=setting,
                                     generalization=predictor_study, reference=reference))
+            f.write("\n## What the contrast was\n\n" + report.ARMS_NOTE + "\n\n" + report.contrast_markdown(records))
             f.write("\n## Learning curves against cost\n\n" + curves.markdown(cost_curves, reference=reference))
             if paired["greedy"] or paired["sampled"]:
                 f.write("\n" + report.paired_markdown(paired))

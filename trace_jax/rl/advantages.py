@@ -16,6 +16,9 @@ from trace_jax.registry import Registry
 from trace_jax.rollout.tree import RolloutTree
 
 
+BASELINES = ("all_leaves", "root_rollouts")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AdvantageConfig:
     """Attributes:
@@ -24,16 +27,24 @@ class AdvantageConfig:
       lambda_local: weight of the local (anchor-contrast) term of trace_tree.
       scale: "std" divides the global term by the tree's leaf-success std, "none" does not.
       eps: added to the std.
+      baseline: the leaves trace_tree's V(x) and sigma_x are taken over: "all_leaves" (every leaf of the
+        tree) or "root_rollouts" (the bare rollouts sampled at the root only: stage-2 branches are placed
+        where the predictor expects the outcome to flip, so their leaves pull V(x) toward 0.5 and widen
+        sigma_x, as the predictor's root target already excludes them, `RolloutTree.root_rollout_value`).
+        Where the bare rollouts agree (their std is 0) sigma_x falls back to the std over all leaves.
     """
 
     name: str = "trace_tree"
     lambda_local: float = 0.5
     scale: str = "std"
     eps: float = 1e-6
+    baseline: str = "all_leaves"
 
     def __post_init__(self):
         if self.scale not in ("std", "none"):
             raise ValueError(f"advantage.scale must be 'std' or 'none', got {self.scale!r}")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"advantage.baseline must be one of {BASELINES}, got {self.baseline!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,18 +64,35 @@ def estimate(trees: list[RolloutTree], config: AdvantageConfig) -> list[Sequence
     return ESTIMATORS.entry(config.name).build(trees, config)
 
 
+def nonzero_advantage_token_share(trees: list[RolloutTree], sequences: list[Sequence]) -> float:
+    """Share of the trained tokens (each sequence's own turns) whose advantage is non-zero, under the
+    estimator that made `sequences`."""
+    total = nonzero = 0
+    for seq in sequences:
+        for node_id, a in seq.advantages.items():
+            n = len(trees[seq.tree].nodes[node_id].tokens)
+            total += n
+            nonzero += n * bool(abs(a) > 1e-8)
+    return nonzero / max(total, 1)
+
+
 def _successes(tree: RolloutTree) -> np.ndarray:
     return np.array([float(n.success) for n in tree.leaves()])
 
 
 def node_advantages(tree: RolloutTree, config: AdvantageConfig) -> np.ndarray:
-    """trace_tree's A(y) for every node (0 at the root)."""
+    """trace_tree's A(y) for every node (0 at the root); V(x), sigma_x over `config.baseline`'s leaves."""
     values, _ = tree.values()
-    sigma = _successes(tree).std() if config.scale == "std" else 1.0
+    everything = _successes(tree)
+    bare = np.array([float(n.success) for n in tree.leaves() if n.origin == 0])
+    baseline, sigma = values[0], everything.std()
+    if config.baseline == "root_rollouts" and len(bare):
+        baseline, sigma = bare.mean(), bare.std() or sigma
+    sigma = sigma if config.scale == "std" else 1.0
     adv = np.zeros(len(tree.nodes))
     for node in tree.nodes[1:]:
         anchor = tree.anchor_of(node.id)
-        adv[node.id] = ((values[node.id] - values[0]) / (sigma + config.eps)
+        adv[node.id] = ((values[node.id] - baseline) / (sigma + config.eps)
                         + config.lambda_local * (values[node.id] - values[anchor]))
     return adv
 

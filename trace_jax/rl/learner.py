@@ -1,6 +1,7 @@
 """The learner: training sequences from trees, padded to buckets, and one jitted optimizer step
 that scans over micro-batches (gradient accumulation) and returns loss, clip fraction, approximate
-KL, gradient norm and entropy. A step whose loss or gradient is not finite leaves params and optimizer
+KL, gradient norm and entropy. The several updates of one RL step (mini-batches, epochs) are planned and
+run by `rl/updates.py`. A step whose loss or gradient is not finite leaves params and optimizer
 state unchanged (`keep_if_finite`); the caller stops the run (`require_finite`)."""
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ class LearnerConfig:
       weight_decay: AdamW decoupled weight decay.
       max_grad_norm: global-norm gradient clipping.
       micro_batch: sequences per micro-batch (gradients accumulate over the batch).
+      mini_batches: optimizer updates per pass over the step's sequences (verl's train batch /
+        ppo_mini_batch_size, Tunix's mini_batch_size): a fixed-seed shuffle split into this many
+        mini-batches of about equal trained tokens, each one clipped update against the sampler's log-probs.
+      epochs: passes over the step's sequences (verl's ppo_epochs, Tunix's num_iterations), each reshuffled.
+      split_trees: False (default) keeps every sequence of one tree in one mini-batch: trace_tree trains a
+        shared turn once, in the first leaf path through it, and the tree's group-relative contrast (its
+        leaves' advantages sum to about zero) then acts within one update, as GRPO's group does in verl and
+        Tunix. True assigns sequences one by one (even mini-batches when a step trains a few large trees).
       remat: what the backward pass keeps of each layer (`ModelConfig.remat`): "dots" (default) or "layer"
         (least memory; each layer's forward runs twice: on a CPU the same step time, measured by
         experiments/bench_learner.py, more where matmuls dominate; long sequences on small devices).
@@ -40,18 +49,24 @@ class LearnerConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     micro_batch: int = 8
+    mini_batches: int = 1
+    epochs: int = 1
+    split_trees: bool = False
     remat: str = "dots"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LearnerMetrics:
-    """What one learner step reports (host floats).
+    """What one RL step's learner updates report (host floats; with several updates, `rl/updates.py`).
 
     Attributes:
-      loss: the summed per-micro-batch loss.
-      clip_fraction, approx_kl, entropy: per trained token.
-      grad_norm: global gradient norm before clipping.
-      trained_tokens: tokens with a loss term.
+      loss: the summed per-micro-batch loss (mean over the updates).
+      clip_fraction, approx_kl, entropy: per trained token (means over the updates).
+      grad_norm: global gradient norm before clipping (mean over the updates).
+      trained_tokens: tokens with a loss term (in one pass over the step's sequences).
+      updates: optimizer updates taken (mini-batches x epochs, empty mini-batches skipped).
+      clip_fraction_last, approx_kl_last, grad_norm_last: the same figures of the last update (the one
+        furthest from the sampler's policy); NaN in records written before they existed.
     """
 
     loss: float
@@ -60,6 +75,10 @@ class LearnerMetrics:
     entropy: float
     grad_norm: float
     trained_tokens: float
+    updates: int = 1
+    clip_fraction_last: float = float("nan")
+    approx_kl_last: float = float("nan")
+    grad_norm_last: float = float("nan")
 
     @classmethod
     def from_device(cls, metrics: dict[str, jax.Array]) -> LearnerMetrics:
@@ -71,11 +90,23 @@ def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
                        optax.adamw(config.learning_rate, weight_decay=config.weight_decay))
 
 
-def build_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch: int) -> dict[str, np.ndarray]:
+def sequence_length(trees: list[RolloutTree], seq: Sequence) -> int:
+    """Tokens of a sequence's row: its leaf path's turns and observations."""
+    return sum(len(n.tokens) + len(n.observation) for n in trees[seq.tree].path(seq.leaf))
+
+
+def padded_rows(sequences: int, micro_batch: int) -> int:
+    """Rows of a batch of `sequences`: a power of two, at least and a multiple of one micro-batch."""
+    return max(micro_batch, -(-batch_bucket(sequences) // micro_batch) * micro_batch)
+
+
+def build_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch: int, *,
+                length: int | None = None, rows: int | None = None) -> dict[str, np.ndarray]:
     """[num_micro, micro_batch, L] arrays. Position t holds token t and predicts token t + 1:
     `mask` is set where token t + 1 is a generated token trained in this sequence (observations and
-    prompts never are), with its advantage and the sampler's log-prob."""
-    rows = []
+    prompts never are), with its advantage and the sampler's log-prob. `length` and `rows` (a multiple of
+    micro_batch) fix the shape (default: the buckets of these sequences)."""
+    built = []
     for seq in sequences:
         tree = trees[seq.tree]
         ids, trained, adv, old = [], [], [], []
@@ -87,9 +118,14 @@ def build_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch
             adv += [a] * len(node.tokens) + [0.0] * len(node.observation)
             lp = node.logprobs if node.id else [0.0] * len(node.tokens)
             old += list(lp) + [0.0] * len(node.observation)
-        rows.append((ids, trained, adv, old))
-    length = length_bucket(max(len(r[0]) for r in rows))
-    n = max(micro_batch, -(-batch_bucket(len(rows)) // micro_batch) * micro_batch)
+        built.append((ids, trained, adv, old))
+    longest = max((len(r[0]) for r in built), default=1)
+    length = length_bucket(longest) if length is None else length
+    n = padded_rows(len(built), micro_batch) if rows is None else rows
+    if longest > length or len(built) > n or n % micro_batch:
+        raise ValueError(f"{len(built)} sequences of up to {longest} tokens do not fit a batch of {n} rows x {length} "
+                         f"tokens in micro-batches of {micro_batch}")
+    rows = built
     out = {"tokens": np.zeros((n, length), np.int32), "valid": np.zeros((n, length), bool),
            "targets": np.zeros((n, length), np.int32), "mask": np.zeros((n, length), bool),
            "advantages": np.zeros((n, length), np.float32), "old_logprobs": np.zeros((n, length), np.float32)}

@@ -138,24 +138,33 @@ class Ledger:
         return Ledger(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
 
 
-def step_statistics(trees: list[RolloutTree], advantages: list[np.ndarray] | None = None) -> dict[str, float]:
-    """Effective ratio (trees with both outcomes), mixed share of expanded prefixes, and the share
-    of trained tokens with non-zero advantage (when per-node advantages are given)."""
+def step_statistics(trees: list[RolloutTree]) -> dict[str, float]:
+    """Effective ratio (trees with both outcomes), mixed share of expanded prefixes, leaves per tree."""
     if not trees:
-        return {"effective_ratio": 0.0, "expanded_mixed_share": 0.0, "nonzero_advantage_token_share": 0.0}
+        return {"effective_ratio": 0.0, "expanded_mixed_share": 0.0, "leaves_per_tree": 0.0}
     mixed = [t.is_mixed(0) for t in trees]
     expanded_mixed = []
     for t in trees:
         v, n = t.values()
         expanded_mixed += [0.0 < v[node.id] < 1.0 for node in t.nodes[1:] if len(node.children) > 1]
-    stats = {"effective_ratio": float(np.mean(mixed)),
-             "expanded_mixed_share": float(np.mean(expanded_mixed)) if expanded_mixed else 0.0,
-             "leaves_per_tree": float(np.mean([len(t.leaves()) for t in trees]))}
-    if advantages is not None:
-        total = nonzero = 0
-        for t, adv in zip(trees, advantages):
-            for node in t.segments():
-                total += len(node.tokens)
-                nonzero += len(node.tokens) * bool(abs(adv[node.id]) > 1e-8)
-        stats["nonzero_advantage_token_share"] = nonzero / max(total, 1)
-    return stats
+    return {"effective_ratio": float(np.mean(mixed)),
+            "expanded_mixed_share": float(np.mean(expanded_mixed)) if expanded_mixed else 0.0,
+            "leaves_per_tree": float(np.mean([len(t.leaves()) for t in trees]))}
+
+
+def contrast_statistics(trees: list[RolloutTree]) -> dict[str, object]:
+    """What the contrast a step bought is: prompts (trees) whose leaves are mixed; prompts whose bare
+    rollouts (sampled at the root) alone are mixed, the contrast GRPO would have seen there; the share of
+    leaves that are branches from turn prefixes; and the branches' leaves per anchor depth (index 0: the
+    first turn boundary), which says whether stage 2 branches early (plans) or late (final answers)."""
+    depths: list[int] = []
+    for t in trees:
+        depths += [t.nodes[leaf.origin].depth for leaf in t.leaves() if leaf.origin]
+    root_mixed = 0
+    for t in trees:
+        bare = [leaf.success for leaf in t.leaves() if leaf.origin == 0]
+        root_mixed += int(any(bare) and not all(bare))
+    leaves = sum(len(t.leaves()) for t in trees)
+    return {"prompts_mixed": sum(t.is_mixed(0) for t in trees), "root_groups_mixed": root_mixed,
+            "branch_leaf_share": len(depths) / max(leaves, 1),
+            "anchor_depths": tuple(int(c) for c in np.bincount(np.asarray(depths, int) - 1)) if depths else ()}
