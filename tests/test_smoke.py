@@ -44,7 +44,7 @@ def test_one_trace_step_end_to_end(tiny_setup):
         metrics = learner.LearnerMetrics.from_device(metrics)
         with pytest.raises(Exception, match="Disallowed host-to-device"):  # the guard is live
             jax.jit(lambda x: x + 1)(np.ones(2))
-    assert all(np.isfinite(v) for v in dataclasses.astuple(metrics))
+    assert all(np.isfinite(v) for v in dataclasses.astuple(metrics)[:6])  # one update: the `_last` fields unset
     stats = step_statistics(outcome.trees)
     assert set(stats) >= {"effective_ratio", "expanded_mixed_share"}
     assert time.perf_counter() - t0 < 60

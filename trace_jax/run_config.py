@@ -154,6 +154,8 @@ class EvalSection:
       sample_k: k of the sampled mean-of-k (mean success over k rollouts per task at rl.temperature,
         the same random numbers per task in every run: common random numbers; 0 = off).
       sample_tasks: the first this many evaluated tasks get the mean-of-k.
+      sample_every: RL steps between intermediate evaluations that also measure the mean-of-k (0: only the
+        final one does), so a learning curve of sampled success exists beside the greedy one.
     """
 
     split: str = "test"
@@ -161,6 +163,7 @@ class EvalSection:
     pass_k: int = 0
     sample_k: int = 0
     sample_tasks: int = 250
+    sample_every: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -269,7 +272,8 @@ ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path":
                 "task.search_url": "", "task.action_format": "react", "task.thinking": True, "task.f1_success": 0.0,
                 "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": False, "sft.max_difficulty": 0,
                 "rl.keep_prefixes": True, "learner.remat": "dots", "learner.mini_batches": 1, "learner.epochs": 1,
-                "learner.split_trees": False, "advantage.baseline": "all_leaves"}
+                "learner.split_trees": False, "advantage.baseline": "all_leaves",
+                "allocator.prefix_cost": "tokens", "eval.sample_every": 0}
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

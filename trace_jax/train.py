@@ -212,11 +212,12 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
             log(f"step {step}/{run.rl.steps}: reward {record.trees.reward:.3f}  effective ratio "
                 f"{record.trees.effective_ratio:.2f}  loss {loss:.4f}  {record.timings.step_s:.1f}s")
             last = step == run.rl.steps
-            if run.rl.eval_every and step % run.rl.eval_every == 0 and not last:
-                # before the checkpoint: a run killed in between redoes this evaluation on resume
-                # (greedy only: the learning curve; mean-of-k is measured after the last step)
-                writer.write(step, held_out(setup, params, outcomes_path=_outcomes_path(workdir, step), sampled=False),
-                             prefix="eval/")
+            sampled = bool(run.eval.sample_every) and step % run.eval.sample_every == 0
+            if (sampled or run.rl.eval_every and step % run.rl.eval_every == 0) and not last:
+                # before the checkpoint: a run killed in between redoes this evaluation on resume (greedy; the
+                # mean-of-k too every eval.sample_every steps, else only after the last step)
+                writer.write(step, held_out(setup, params, outcomes_path=_outcomes_path(workdir, step),
+                                            sampled=sampled), prefix="eval/")
             if step % run.checkpoint.every == 0 or last or stop.stop:
                 saved = CheckpointRecord(step=step, data_position=position, after_sft=after_sft,
                                          allocator=allocator.host_state(), settings=run_config.settings(run))

@@ -4,11 +4,13 @@ step's M, pays back what a step over- or under-spent, and every allocator's real
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from trace_jax import allocation
 from trace_jax.allocation import BudgetConfig
 from trace_jax.allocation.budget import TokenMeter
+from trace_jax.allocation.trace import TraceConfig
 from trace_jax.allocation.predictor import SuccessPredictor, feature_width
 from trace_jax.compare.audit import TOKEN_TOLERANCE
 from trace_jax.rollout.agent_loop import RolloutEngine
@@ -92,3 +94,31 @@ def test_trace_spends_to_the_step_target_when_the_meter_misjudges_the_cost_per_r
     assert outcome.rollout_budget == 15  # M planned at 600 / 40
     assert TOKENS.cost(engine.ledger) <= 1.1 * TOKENS.tokens
     assert outcome.budget_spent < outcome.rollout_budget  # rollout-equivalents measured at this step's cost
+
+
+@pytest.mark.parametrize("prefix_cost", ["tokens", "rollouts"])
+def test_stage2_prices_continuations_by_expected_tokens_or_as_whole_rollouts(tiny_setup, monkeypatch, prefix_cost):
+    """allocator.prefix_cost: under a token meter the greedy sees a continuation's expected remaining tokens
+    relative to a rollout's ("tokens") or 1 ("rollouts"); the meter charges measured tokens either way and the
+    step lands on its target."""
+    from trace_jax.allocation import solvers
+
+    seen = []
+    greedy = solvers.prefix_greedy_values
+    monkeypatch.setattr(solvers, "prefix_greedy_values",
+                        lambda values, cost, budget: seen.append(np.asarray(cost)) or greedy(values, cost, budget))
+    config = TraceConfig(name="trace", prefix_cost=prefix_cost)
+    alloc = allocation.make(config, TOKENS, seed=0, predictor=SuccessPredictor(
+        feature_width(tiny_setup.config.hidden_size), seed=0))
+    engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=2)
+    target = alloc.meter.target()
+    alloc.step(engine, tiny_setup.source.tasks("train")[:alloc.pool_size])
+    costs = np.concatenate(seen)
+    assert len(costs) > 0
+    if prefix_cost == "rollouts":
+        assert (costs == 1.0).all()
+    else:
+        assert (costs < 1.0).any() and (costs > 0).all()
+    assert abs(TOKENS.cost(engine.ledger) - target) <= 0.1 * target
+    with pytest.raises(ValueError, match="prefix_cost"):
+        TraceConfig(name="trace", prefix_cost="seconds")

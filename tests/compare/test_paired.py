@@ -89,3 +89,28 @@ def test_the_primary_endpoint_script_pools_the_tasks_it_finds(tmp_path):
     finally:
         script.flags.FLAGS.unparse_flags()
     assert json.loads(written.read_text()) == json.loads(json.dumps(out))
+
+
+def test_the_crossed_bootstrap_matches_a_known_variance_where_tasks_share_their_effect_across_seeds():
+    """d[s, t] = seed effect (var S2) + task effect shared by every seed (var T2) + noise (var E2): the mean's
+    variance is S2/S + T2/T + E2/(S T). The crossed bootstrap's SE matches it (within 20%, a little low:
+    a bootstrap's plug-in variance has the (n - 1)/n factors); resampling tasks independently per seed
+    (the old two-level scheme) would see T2/(S T) only, far too small when task effects dominate."""
+    rng = np.random.default_rng(3)
+    S, T, s2, t2, e2 = 8, 400, 0.01 ** 2, 0.3 ** 2, 0.1 ** 2
+    true_se = np.sqrt(s2 / S + t2 / T + e2 / (S * T))
+    ses = []
+    for trial in range(6):
+        d = rng.normal(0, np.sqrt(s2), (S, 1)) + rng.normal(0, np.sqrt(t2), (1, T)) + rng.normal(0, np.sqrt(e2), (S, T))
+        ses.append(paired.paired_bootstrap(d, np.zeros_like(d), samples=600, seed=trial).standard_error)
+    assert 0.8 * true_se < np.median(ses) < 1.1 * true_se
+    nested_se = np.sqrt(s2 / S + (t2 + e2) / (S * T))
+    assert nested_se < 0.5 * true_se  # what the nested scheme would have reported
+
+
+@pytest.mark.parametrize("ci95,mdd,want", [((0.01, 0.03), 0.02, "gain"), ((-0.03, -0.01), 0.02, "loss"),
+                                           ((-0.01, 0.015), 0.02, "equivalent"), ((-0.01, 0.03), 0.02, "inconclusive")])
+def test_the_decision_names_gain_loss_equivalence_inside_the_mdd_or_inconclusive(ci95, mdd, want):
+    d = paired.PairedDifference(diff=sum(ci95) / 2, ci95=ci95, standard_error=mdd / 2.8, mdd=mdd, seeds=8, tasks=1000)
+    assert d.decision() == want and d.to_json()["decision"] == want
+    assert d.decision(margin=0.001) in (want, "inconclusive")

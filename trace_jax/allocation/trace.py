@@ -69,6 +69,11 @@ class TraceConfig(AllocatorConfig):
       kappa: strength of the predictor's prior in the posterior chooser (pseudo-observations); 0 fits
         it each step, by maximum likelihood, to the held-out anchors' outcomes so far (needs holdout > 0).
       holdout: random anchors per step given one continuation each to score the predictor unbiasedly.
+      prefix_cost: what a continuation costs stage 2's greedy under budget.unit="tokens": "tokens" (its
+        expected remaining tokens relative to a whole rollout's, so late anchors are cheap and the greedy
+        buys many final-answer branches) or "rollouts" (1 each, as under unit="rollouts": anchors compete on
+        the chance of a mixed outcome alone). The meter charges measured tokens either way; what a cheaper
+        branch leaves unspent goes to the next round or, in the last, to whole rollouts at the roots.
     """
 
     roots: str = "predicted"
@@ -77,8 +82,11 @@ class TraceConfig(AllocatorConfig):
     branch_n: int = 2
     kappa: float = 4.0
     holdout: int = 0
+    prefix_cost: str = "tokens"
 
     def __post_init__(self):
+        if self.prefix_cost not in ("tokens", "rollouts"):
+            raise ValueError(f"allocator.prefix_cost must be 'tokens' or 'rollouts', got {self.prefix_cost!r}")
         if self.roots not in ROOT_POLICIES:
             raise ValueError(f"allocator.roots must be one of {sorted(ROOT_POLICIES)}, got {self.roots!r}")
         if self.prefixes not in PREFIX_CHOOSERS:
@@ -227,7 +235,7 @@ class TRACE(PredictorAllocator):
             values = solvers.posterior_values(u, np.round(observed * leaves), leaves, self.kappa, K_MAX)
         else:
             values = solvers.agreement_values(solvers.agreement(observed, u), K_MAX)
-        if self.budget.unit == "tokens":
+        if self.budget.unit == "tokens" and self.config.prefix_cost == "tokens":
             remaining_tokens = expected_remaining_tokens(trees)
             cost = np.array([remaining_tokens(n.depth) for _, n in nodes])
         else:

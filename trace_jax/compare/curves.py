@@ -37,15 +37,16 @@ def cost_to_reach(x, accuracy, target: float) -> float | None:
     return None
 
 
-def curves(runs: list[dict], reference: str = "grpo") -> dict[str, dict]:
+def curves(runs: list[dict], reference: str = "grpo", key: str = "eval") -> dict[str, dict]:
     """axis -> variant -> {x, mean, band (95% half-width per point), area {mean, ci95}, to_reference_final,
-    to_reference_final_ratio}; runs of a variant must evaluate at the same steps."""
+    to_reference_final_ratio}; runs of a variant must evaluate at the same steps. `key`: "eval" (greedy) or
+    "eval_sampled" (the mean-of-k, where runs measured it at intermediate steps)."""
     out: dict[str, dict] = {}
-    variants = list(dict.fromkeys(r["variant"] for r in runs))
+    variants = list(dict.fromkeys(r["variant"] for r in runs if key in r))
     for axis in AXES:
         table = {}
         for v in variants:
-            evals = [r["eval"] for r in runs if r["variant"] == v]
+            evals = [r[key] for r in runs if r["variant"] == v and key in r]
             if any(axis not in e for e in evals) or len({tuple(e["step"]) for e in evals}) != 1:
                 continue  # records from before this axis was kept, or misaligned evaluations
             x = np.mean([e[axis] for e in evals], axis=0)

@@ -3,9 +3,11 @@
 An arm's outcomes are an array [seeds, tasks] (success of each held-out task after each seed's run;
 greedy 0/1, or a mean over k samples). Arms are paired by seed (the same SFT start, the same task
 stream) and by task (the same held-out tasks, the same sampling random numbers per task), so the
-difference is estimated from per-(seed, task) differences and its uncertainty by a two-level
-bootstrap that resamples seeds and, within them, tasks (both are random draws: a new experiment
-would have other seeds and other tasks).
+difference is estimated from per-(seed, task) differences and its uncertainty by a crossed
+bootstrap: one draw of seeds and one draw of tasks, the task draw shared by every seed (every seed
+scores the same tasks, so a task's difficulty for the difference is common to all seeds; resampling
+tasks independently within each seed, as the grids before 2026-12-05 did, averages that shared
+component away and gives intervals too narrow when it is large).
 
 `minimal_detectable_difference` is the smallest true difference the design detects with the given
 power at a two-sided alpha, from the paired estimator's standard error: what a null result rules out.
@@ -23,7 +25,7 @@ from scipy import stats as scipy_stats
 class PairedDifference:
     """Attributes:
       diff: mean of arm a minus mean of arm b (over seeds and tasks).
-      ci95: [low, high], the paired two-level bootstrap's percentile interval.
+      ci95: [low, high], the paired crossed bootstrap's percentile interval.
       standard_error: the bootstrap standard deviation of `diff`.
       mdd: minimal detectable difference at 80% power, two-sided alpha 0.05.
       seeds, tasks: the design's size.
@@ -36,9 +38,21 @@ class PairedDifference:
     seeds: int
     tasks: int
 
+    def decision(self, margin: float | None = None) -> str:
+        """"gain" (interval above 0), "loss" (below 0), "equivalent" (interval inside +/- `margin`, by
+        default this design's MDD: any true difference is smaller than what the design detects) or
+        "inconclusive"."""
+        margin = self.mdd if margin is None else margin
+        low, high = self.ci95
+        if low > 0:
+            return "gain"
+        if high < 0:
+            return "loss"
+        return "equivalent" if -margin < low and high < margin else "inconclusive"
+
     def to_json(self) -> dict:
         return {"diff": self.diff, "ci95": list(self.ci95), "standard_error": self.standard_error, "mdd": self.mdd,
-                "seeds": self.seeds, "eval_tasks": self.tasks}
+                "seeds": self.seeds, "eval_tasks": self.tasks, "decision": self.decision()}
 
 
 def _check(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +72,8 @@ def minimal_detectable_difference(standard_error: float, *, alpha: float = 0.05,
 
 
 def paired_bootstrap(a, b, *, samples: int = 2000, seed: int = 0) -> PairedDifference:
-    """Mean(a) - mean(b) with its paired two-level bootstrap interval (seeds, then tasks within each)."""
+    """Mean(a) - mean(b) with its paired crossed bootstrap interval (one draw of seeds, one of tasks shared
+    by all of them)."""
     a, b = _check(a, b)
     d = a - b  # [seeds, tasks]
     seeds, tasks = d.shape
@@ -66,8 +81,8 @@ def paired_bootstrap(a, b, *, samples: int = 2000, seed: int = 0) -> PairedDiffe
     boot = np.empty(samples)
     for s in range(samples):
         rows = rng.integers(0, seeds, seeds)
-        cols = rng.integers(0, tasks, (seeds, tasks))
-        boot[s] = d[rows[:, None], cols].mean()
+        cols = rng.integers(0, tasks, tasks)
+        boot[s] = d[np.ix_(rows, cols)].mean()
     low, high = np.percentile(boot, [2.5, 97.5])
     se = float(boot.std(ddof=1))
     return PairedDifference(diff=float(d.mean()), ci95=(float(low), float(high)), standard_error=se,

@@ -46,10 +46,12 @@ def per_step_curves(steps: list[StepRecord]) -> dict[str, list[float | None]]:
 
 
 def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: list[dict], summary: dict,
-               after_sft: float, ledger: Ledger) -> dict:
-    """One run's curves: per-step statistics and held-out accuracy against rollouts and tokens spent.
+               after_sft: float, ledger: Ledger, after_sft_sampled: dict | None = None) -> dict:
+    """One run's curves: per-step statistics and held-out accuracy against rollouts and tokens spent;
+    "eval_sampled" the same for the mean-of-k where intermediate evaluations measured it (`eval.sample_every`).
 
-    steps: the run's step records (audited: one per step); metric_lines: its metrics.jsonl (evaluations)."""
+    steps: the run's step records (audited: one per step); metric_lines: its metrics.jsonl (evaluations);
+    after_sft_sampled: the shared start's held-out result, for the mean-of-k at step 0."""
     by_step = steps_by_number(metric_lines)
     totals = {"rollouts": [r.ledger.rollouts_started for r in steps],
               "tokens": [r.ledger.tokens_generated for r in steps],
@@ -58,6 +60,14 @@ def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: l
     totals = {axis: np.cumsum(per_step).tolist() for axis, per_step in totals.items()}
     evals = [(0, after_sft)] + [(s, by_step[s]["eval/accuracy"]) for s in sorted(by_step)
                                 if s > 0 and "eval/accuracy" in by_step[s]]
+    mean_key = next((k for k in (after_sft_sampled or {}) if k.startswith("mean@") and "/" not in k), None)
+    sampled = [(0, after_sft_sampled[mean_key])] + [(s, by_step[s][f"eval/{mean_key}"]) for s in sorted(by_step)
+                                                    if s > 0 and f"eval/{mean_key}" in by_step[s]] if mean_key else []
+
+    def curve(points):
+        return {"step": [s for s, _ in points], "accuracy": [a for _, a in points],
+                **{axis: [0 if s == 0 else total[s - 1] for s, _ in points] for axis, total in totals.items()}}
+
     per_step = per_step_curves(steps)
     return {
         "variant": variant, "seed": seed, "final_accuracy": summary["acc_after_rl"], "after_sft": after_sft,
@@ -66,8 +76,7 @@ def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: l
         "useful_rollout_share": float(np.mean(per_step["useful_rollout_share"])),
         "tokens_generated": int(ledger.tokens_generated), "ledger": dataclasses.asdict(ledger),
         "wall_s": summary.get("wall_s"),
-        "eval": {"step": [s for s, _ in evals], "accuracy": [a for _, a in evals],
-                 **{axis: [0 if s == 0 else total[s - 1] for s, _ in evals] for axis, total in totals.items()}},
+        "eval": curve(evals), **({"eval_sampled": curve(sampled)} if len(sampled) > 2 else {}),
         "per_step": per_step,
     }
 

@@ -267,7 +267,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         if compare.results:  # audited first: a ledger that fails is not kept
             results_store.keep_run(compare.results, relative, run_dir)
         records.append(report.run_record(variant.name, seed, steps, read_metrics(run_dir), summary,
-                                         after_sft["accuracy"], ledger))
+                                         after_sft["accuracy"], ledger, after_sft_sampled=after_sft))
         final = os.path.join(run_dir, "eval", f"step_{run.rl.steps}.json")
         if os.path.exists(final):  # runs from before per-task outcomes were kept have none
             for kind, o in read_outcomes(final).items():
@@ -287,6 +287,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     paired_levels = {kind: report.paired_by_level("grpo", by_variant, levels[kind], seed=base_run.seed)
                      for kind, by_variant in outcomes.items() if kind in levels}
     cost_curves = curves.curves(records, reference=reference)
+    sampled_curves = curves.curves(records, reference=reference, key="eval_sampled")
     suffix = grid.suffix(compare)
     b = runs[0][2].budget
     seeds = {v: s["seeds"] for v, s in summary.items()}
@@ -307,12 +308,16 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
             json.dump({"setting": setting, "compare": dataclasses.asdict(compare), "after_sft": after_sft,
                        "summary": summary, "runs": records, "generalization": predictor_study,
                        "paired_vs_grpo": paired, "paired_vs_grpo_by_level": paired_levels, "curves": cost_curves,
+                       "curves_sampled": sampled_curves,
                        "primary_endpoint": primary}, f, indent=1)
         with open(written[1], "w", encoding="utf-8") as f:
             f.write(report.markdown(summary, title=title, after_sft=after_sft["accuracy"], setting=setting,
                                     generalization=predictor_study, reference=reference))
             f.write("\n## What the contrast was\n\n" + report.ARMS_NOTE + "\n\n" + report.contrast_markdown(records))
             f.write("\n## Learning curves against cost\n\n" + curves.markdown(cost_curves, reference=reference))
+            if any(sampled_curves.values()):
+                f.write("\n## Learning curves of sampled success (mean-of-k) against cost\n\n"
+                        + curves.markdown(sampled_curves, reference=reference))
             if paired["greedy"] or paired["sampled"]:
                 f.write("\n" + report.paired_markdown(paired))
                 f.write("\n" + report.paired_level_markdown(paired_levels))

@@ -1,0 +1,48 @@
+"""The RL loop with several learner updates per step and mean-of-k at intermediate evaluations: the step
+records carry the updates' figures, the metrics the sampled curve, the report a sampled learning curve."""
+
+import json
+import os
+
+from configs import quickstart
+from trace_jax import train
+from trace_jax.compare import curves, report
+from trace_jax.metrics import read_metrics
+from trace_jax.records import read_steps
+from trace_jax.run_config import ConfigError, from_config_dict
+
+import pytest
+
+
+def _config(**changes):
+    c = quickstart.get_config("runlocal")
+    for dotted, value in {"model.preset": "tiny", "rl.steps": 2, "rl.eval_every": 0, "checkpoint.every": 2,
+                          "eval.num_tasks": 4, "eval.sample_k": 2, "eval.sample_every": 1, "sft.steps": 10,
+                          "budget.rollouts": 8, "budget.prompts": 2, "budget.candidates": 4,
+                          "learner.mini_batches": 2, "learner.epochs": 2, **changes}.items():
+        section, key = dotted.split(".")
+        c[section][key] = value
+    return c
+
+
+def test_updates_per_step_and_the_sampled_learning_curve(tmp_path):
+    summary = train.train_and_evaluate(_config(), str(tmp_path))
+    assert summary["steps"] == 2
+    steps = read_steps(str(tmp_path))
+    assert all(r.learner is None or 1 <= r.learner.updates <= 4 for r in steps)
+    assert all(r.trees.prompts_mixed is not None and r.trees.anchor_depths is not None for r in steps)
+    with open(os.path.join(tmp_path, "eval", "step_1.json")) as f:
+        assert set(json.load(f)) == {"greedy", "sampled"}  # the intermediate evaluation measured the mean-of-k
+    lines = read_metrics(str(tmp_path))
+    after_sft = {"accuracy": 0.25, "mean@2": 0.125}
+    record = report.run_record("trace", 0, steps, lines, summary, after_sft["accuracy"],
+                               steps[0].ledger, after_sft_sampled=after_sft)
+    assert record["eval_sampled"]["step"] == [0, 1, 2] and record["eval_sampled"]["accuracy"][0] == 0.125
+    table = curves.curves([record], reference="trace", key="eval_sampled")
+    assert table["tokens"]["trace"]["area"]["mean"] is not None
+
+
+def test_sample_every_needs_a_k():
+    c = _config(**{"eval.sample_k": 0})
+    with pytest.raises(ConfigError, match="eval.sample_every"):
+        from_config_dict(c.to_dict())
