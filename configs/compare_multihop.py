@@ -10,6 +10,8 @@ quickstart's), 60 RL steps at M=32 rollouts per step, 3 seeds, held-out accuracy
 TreePO on the others), greedy held-out success on 1000 tasks of the separate eval generator (multi-hop:
 its 123 test-split questions, see the README) every 30 steps, mean-of-8 on 250 of them after the last
 step; every finished run kept in experiments/results/powered_<task>/, from which a fresh workdir resumes.
+`:screen`: the decisive comparison's step-size screen (experiments/results/decisive/PLAN.md; with `:mixed` on
+`compare_math.py`: `compare_math.py:mixed,screen`).
 `:mixed`: a 1-4 hop pool after a warm start on its 1-2 hop questions (the mixed-difficulty regime; README,
 "Mechanism"); `compare_math.py:mixed` 2-5 step problems after a warm start on 2-3 steps. Add `--ablation=stages|stage2|lambda_local|featurizer|advantage` for TRACE's ablations,
 `--study=mechanism` for the frozen-policy mechanism study (no training; `:runlocal` about 10 min after the SFT).
@@ -29,11 +31,12 @@ from trace_jax.run_config import ConfigError
 # `:mixed`: (the pool's hardest level, the warm start's hardest level) per source.
 MIXED_POOLS = {"multihop": (4, 2), "math": (5, 3)}
 ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
+SCREEN_ARMS = ("grpo", "pcl", "trace", "trace_global")  # GRPO, prompt selection alone, TRACE in both modes
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "results")
 
 
 def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collections.ConfigDict:
-    args = config_args(arg, flags=("runlocal", "powered", "mixed"), config="the comparison configs")
+    args = config_args(arg, flags=("runlocal", "powered", "mixed", "screen"), config="the comparison configs")
     c = base()
     if args["mixed"]:
         _mixed(c)
@@ -55,6 +58,8 @@ def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collect
                                                token_calibration=256))
     if args["powered"]:
         _powered(c)
+    if args["screen"]:
+        _screen(c)
     if args["runlocal"]:
         c.rl.steps, c.rl.eval_every = 5, 0
         c.checkpoint.every = 5
@@ -74,6 +79,23 @@ def _mixed(c: ml_collections.ConfigDict) -> None:
     if c.task.source not in MIXED_POOLS:
         raise ConfigError(f"`mixed` is defined for the sources {sorted(MIXED_POOLS)}, not {c.task.source!r}")
     c.task.max_difficulty, c.sft.max_difficulty = MIXED_POOLS[c.task.source]
+
+
+def _screen(c: ml_collections.ConfigDict) -> None:
+    """Phase 1 of the decisive comparison (experiments/results/decisive/PLAN.md): each arm's step size
+    screened, learner.learning_rate x learner.mini_batches, at equal measured tokens, 2 seeds, 120 steps,
+    scored on the training world's test split (the confirmatory endpoint is the separate generator's 1000
+    tasks, which the screen never sees): greedy every 40 steps and mean-of-4 on its first 200 tasks at the end."""
+    c.rl.steps, c.rl.eval_every = 120, 40
+    c.checkpoint.every = 40
+    c.eval.split, c.eval.num_tasks, c.eval.sample_k, c.eval.sample_tasks = "test", 200, 4, 200
+    c.compare.unit = "tokens"
+    c.compare.allocators = SCREEN_ARMS
+    c.compare.seeds, c.compare.primary_seeds = (0, 1), ()
+    # 1e-4 with one update (the powered grids' setting) last: a screen stopped early has the new settings first
+    c.compare.sweep = dict(learner=dict(learning_rate=(3e-4, 1e-3, 1e-4), mini_batches=(1, 4)))
+    c.compare.generalization_steps = 0
+    c.compare.results = os.path.join(RESULTS, "decisive", f"screen_{c.task.source}")
 
 
 def _powered(c: ml_collections.ConfigDict) -> None:

@@ -137,7 +137,8 @@ def test_a_sweep_runs_every_arm_at_every_setting_and_arm_settings_tune_each_arm_
     compare = dataclasses.replace(compare, seeds=(0,))
     runs = grid.validate(base, compare)
     names = [v.name for v, _, _ in runs]
-    assert names[:2] == ["grpo learning_rate=0.0001 mini_batches=1", "grpo learning_rate=0.0001 mini_batches=4"]
+    assert names[:3] == ["grpo learning_rate=0.0001 mini_batches=1", "trace learning_rate=0.0001 mini_batches=1",
+                         "grpo learning_rate=0.0001 mini_batches=4"]  # setting by setting
     assert len(names) == 8 and {grid.arm_of(n) for n in names} == {"grpo", "trace"}
     assert {(r.allocator.name, r.learner.learning_rate, r.learner.mini_batches) for _, _, r in runs} == {
         (a, lr, mb) for a in ("grpo", "trace") for lr in (1e-4, 1e-3) for mb in (1, 4)}

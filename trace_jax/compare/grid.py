@@ -203,9 +203,10 @@ def variants(compare: CompareSection) -> list[Variant]:
     sweep = _flat(compare.sweep)
     if not sweep:
         return arms
+    # setting by setting, every arm at each: a screen stopped part way has screened every arm alike
     return [Variant(f"{arm.name} " + " ".join(f"{k.split('.')[1]}={_label(v)}" for k, v in zip(sweep, values)),
                     {**arm.overrides, **dict(zip(sweep, values))})
-            for arm in arms for values in itertools.product(*sweep.values())]
+            for values in itertools.product(*sweep.values()) for arm in arms]
 
 
 def arm_of(variant: str) -> str:
