@@ -1,4 +1,4 @@
-"""The allocator interface (METHOD.md section 7): the registry, the base class, what a step returns,
+"""The allocator interface (docs/design.md section 7): the registry, the base class, what a step returns,
 and the moves every allocator shares (sample bare rollouts at roots, spend a leftover on roots).
 
 An allocator receives the step's candidate prompts and a `RolloutEngine`, decides where the step's

@@ -1,5 +1,5 @@
 """The allocators that choose prompts or rollouts per prompt but never branch: `grpo`, `dapo`,
-`mopps`, `knapsack`, `pcl` (METHOD.md section 7)."""
+`mopps`, `knapsack`, `pcl` (docs/design.md section 7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The per-step rollout budget every allocator spends (METHOD.md sections 4, 5 and 7), and the
+"""The per-step rollout budget every allocator spends (docs/design.md sections 4, 5 and 7), and the
 integer arithmetic of spreading it, and the token meter that turns a cap on measured tokens into
 each step's rollout budget."""
 

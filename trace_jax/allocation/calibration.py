@@ -1,4 +1,4 @@
-"""Calibration of success predictions against outcomes seen after them (METHOD.md section 3):
+"""Calibration of success predictions against outcomes seen after them (docs/design.md section 3):
 Brier score, expected calibration error, ROC AUC."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shared success predictor V_psi(H) ~ P(success | H, current policy) (METHOD.md section 3).
+"""The shared success predictor V_psi(H) ~ P(success | H, current policy) (docs/design.md section 3).
 
 Features (`FEATURIZERS`, chosen by `predictor.features`): blocks of one `featurize` row, all free
 by-products of sampling, never differentiated: the policy's final-normed hidden state at the prefix

@@ -1,4 +1,4 @@
-"""Allocation solvers (METHOD.md sections 4-5).
+"""Allocation solvers (docs/design.md sections 4-5).
 
 Stage 1 chooses rollouts per prompt m_i in {0} U [m_min, m_max] under a total budget and a cap
 on the number of prompts, maximizing a per-prompt value table (for TRACE the probability that

@@ -1,4 +1,4 @@
-"""TRACE (METHOD.md sections 4 and 5): one shared success predictor steers a root policy (stage 1)
+"""TRACE (docs/design.md sections 4 and 5): one shared success predictor steers a root policy (stage 1)
 and a prefix chooser (stage 2).
 
 The parts and their modes (`TraceConfig`):

@@ -1,5 +1,5 @@
 """The budget audit: a comparison is only valid when every run spent exactly the configured budget
-(METHOD.md section 7). Reads each step's ledger from the run's `StepRecord`s and fails loudly otherwise.
+(docs/design.md section 7). Reads each step's ledger from the run's `StepRecord`s and fails loudly otherwise.
 
 Every step: rollouts started = finished = trained leaves + discarded, and the step spent the M it was
 planned with (`record.rollout_budget`; dapo may stop early once it kept B mixed groups; TRACE, whose

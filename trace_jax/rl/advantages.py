@@ -1,4 +1,4 @@
-"""Advantage estimators behind a registry (METHOD.md section 6).
+"""Advantage estimators behind a registry (docs/design.md section 6).
 
 An estimator turns trees into training sequences: one per leaf path, each with the turn nodes it
 trains and their advantages. `trace_tree` trains each turn once with
