@@ -28,11 +28,13 @@ from trace_jax.rl.advantages import estimate, nonzero_advantage_token_share
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import contrast_statistics, step_statistics
 from trace_jax.stopping import RunInterrupted, StopFlag
+from trace_jax.workdir_lock import holds_workdir
 
 __all__ = ["Setup", "build", "derive_seed", "eval_tasks", "held_out", "train_tasks", "warm_start", "make_allocator",
            "rl_step", "sft", "train_and_evaluate", "evaluate", "restore_policy"]
 
 
+@holds_workdir
 def sft(config, workdir: str) -> dict:
     """Supervised warm start alone; returns held-out accuracy after it."""
     t0 = time.time()
@@ -153,6 +155,7 @@ def _learner(setup: Setup, optimizer, params, opt_state):
     return learn, params, opt_state
 
 
+@holds_workdir
 def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -> dict:
     """SFT warm start (or restore), evaluation, the RL loop with checkpoints, evaluation, HF export.
 

@@ -29,6 +29,7 @@ from trace_jax.evaluation import read_outcomes
 from trace_jax.metrics import MetricWriter, read_metrics
 from trace_jax.records import read_steps
 from trace_jax.stopping import RunInterrupted
+from trace_jax.workdir_lock import holds_workdir
 
 
 def _slug(name: str) -> str:
@@ -156,6 +157,7 @@ def _mechanism(setup, params, base: dict, compare: grid.CompareSection, workdir:
     return headline
 
 
+@holds_workdir
 def run_comparison(config, workdir: str, *, ablation: str | None = None, study: str | None = None,
                    unit: str | None = None,
                    seeds: tuple[int, ...] | None = None,
