@@ -1,6 +1,7 @@
 """Dataset sources from tiny files in every real format: they load, split, run their oracle to success in
 their environment, are named before compute when a file is missing, and train end to end."""
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -112,6 +113,19 @@ def test_deepscaler_answers_are_judged_by_math_verify(answer, gold, same):
     task = Task(id="t", question="q", answers=(gold,))
     reward, _ = MathVerifyEnv().score(task, answer, None)
     assert reward == float(same)
+    # the same verdict in a worker thread (`rl.overlap_tools` scores there; math-verify's signal alarm cannot)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert pool.submit(MathVerifyEnv().score, task, answer, None).result()[0] == float(same)
+
+
+def test_an_overlong_answer_is_wrong_without_parsing_in_bounded_time():
+    import time
+
+    from trace_jax.envs.tasks.datasets import MAX_VERIFIED_CHARS, math_verified
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert not pool.submit(math_verified, "9^{" * MAX_VERIFIED_CHARS + "9" + "}" * MAX_VERIFIED_CHARS, "9").result()
+    assert time.perf_counter() - t0 < 5
 
 
 def test_2wikimultihopqa_rows_load_as_hotpotqa_and_their_oracle_succeeds(tmp_path):

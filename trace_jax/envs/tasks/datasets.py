@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 from typing import Any
 
 from trace_jax.envs.bfcl import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl
@@ -73,12 +74,24 @@ class GSM8KOracle:
         return format_action("finish", task.answers[0], "That is the final answer.")
 
 
+# Answers longer than this are wrong without parsing: bounds math-verify's work where its timeouts cannot act.
+MAX_VERIFIED_CHARS = 400
+MATH_VERIFY_TIMEOUT_S = 5
+
+
 def math_verified(answer: str, gold: str) -> bool:
     """`math-verify`'s equivalence of a model's answer with a LaTeX reference (the answer is read as LaTeX
-    unless it already carries `$` or `\\boxed`); parsing and comparison are bounded by its timeouts."""
+    unless it already carries `$` or `\\boxed`). On the main thread parsing and comparison are bounded by its
+    timeouts; its timeouts use `signal.alarm`, which only the main thread may set, so in a worker thread
+    (`rl.overlap_tools`, where it raised and every answer scored 0) they are off and the answer's length
+    (`MAX_VERIFIED_CHARS`) bounds the work instead."""
     from math_verify import parse, verify
+    if len(answer) > MAX_VERIFIED_CHARS:
+        return False
+    limit = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
     text = answer if ("$" in answer or "\\boxed" in answer) else f"${answer}$"
-    return bool(verify(parse(f"${gold}$"), parse(text)))
+    return bool(verify(parse(f"${gold}$", parsing_timeout=limit), parse(text, parsing_timeout=limit),
+                       timeout_seconds=limit))
 
 
 class MathVerifyEnv(CalculatorEnv):
