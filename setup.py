@@ -28,6 +28,7 @@ setup(
         "tqdm>=4.60",
         "matplotlib>=3.7",
         "math-verify==0.9.0",  # the deepscaler source's answer checker
+        "mpmath>=1.3",  # BFCL multi-turn: MathAPI precision restored after each call
     ],
     extras_require={
         # torch is pinned: 2.13.0 is the CPU build this project's machines carry; an unpinned

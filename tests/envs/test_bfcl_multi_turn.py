@@ -171,3 +171,43 @@ def test_user_turns_render_as_user_messages():
     assert "<tool_response>" in tokenizer.decode(chat.observation("result"))
     assert tokenizer.decode(ReactRenderer(tokenizer).observation("next request", user_turn=True)) == \
         "\nUser: next request\n"
+
+
+@pytest.mark.parametrize("call", [
+    "power(10, 100000000)", "power(base=10, exponent=100000000)", "power(base=-7, exponent=20000.5)",
+    "logarithm(value=10, base=2, precision=1000000)", "square_root(number=2, precision=100000000)",
+    "round_number(number=1.5, decimal_places=10000000)", "add(a=1e300, b=1)", "mean(numbers=[1, 2e20])",
+    mt.BackendCall("power", (), {"base": 10, "exponent": 100000000}),  # as a model's parsed JSON/keyword call
+    mt.BackendCall("add", (), {"a": 1e300, "b": 1}),
+    mt.BackendCall("logarithm", (), {"value": 10, "base": 2, "precision": 10 ** 7})])
+def test_calls_that_would_run_unboundedly_are_refused_before_they_run(call):
+    """A call's numbers, precisions and the size of a power are bounded before the backend runs it, for
+    the model's parsed calls as for text; the refusal is an execution error result, in bounded time."""
+    import time
+
+    backends = mt.Backends(["MathAPI"], {}, long_context=False)
+    t0 = time.perf_counter()
+    result = backends.execute(call)
+    assert result.startswith("Error during execution:") and time.perf_counter() - t0 < 1.0, result
+    assert backends.execute("power(base=2, exponent=10)") == '{"result": 1024}'  # ordinary calls unchanged
+
+
+def test_math_calls_leave_the_process_precision_as_they_found_it():
+    import decimal
+
+    import mpmath
+
+    backends = mt.Backends(["MathAPI"], {}, long_context=False)
+    before = (decimal.getcontext().prec, mpmath.mp.dps)
+    assert "1.41421" in backends.execute("square_root(number=2, precision=30)")
+    assert "result" in backends.execute("logarithm(value=100, base=10, precision=50)")
+    assert (decimal.getcontext().prec, mpmath.mp.dps) == before
+
+
+def test_a_model_call_with_a_huge_json_integer_is_an_error_observation(source):
+    from trace_jax.envs.protocol import Limits
+    from trace_jax.envs.tasks.bfcl_multi_turn import BFCLMultiTurnEnv
+    env = BFCLMultiTurnEnv(Limits(max_turns=4))
+    episode = env.start(source.tasks("train")[0])
+    result = episode.step('Action: call[{"name": "add", "arguments": {"a": ' + "9" * 5000 + ', "b": 1}}]')
+    assert result.observation.startswith("Error: bad JSON") and result.info["error"] == "tool_error", result

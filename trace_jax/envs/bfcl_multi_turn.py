@@ -23,11 +23,15 @@ import ast
 import collections
 import copy
 import dataclasses
+import decimal
 import importlib
 import inspect
 import json
+import math
 import os
 from typing import Any
+
+import mpmath
 
 from trace_jax.envs.loaders import DataError, jsonl_rows, require_field
 from trace_jax.envs.tools.functions import MAX_NESTING, MAX_NUMBER, CallError, _nesting
@@ -61,9 +65,13 @@ class BackendCall:
 
 
 def _literal(node: ast.AST):
-    value = ast.literal_eval(node)
+    return bounded(ast.literal_eval(node))
+
+
+def bounded(value):
+    """`value` when every number in it (containers too) is at most MAX_NUMBER in magnitude, else CallError."""
     stack = [value]
-    while stack:  # numbers inside containers too
+    while stack:
         v = stack.pop()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > MAX_NUMBER:
             raise CallError(f"number {v:.3g} is larger than {MAX_NUMBER:g}")
@@ -73,6 +81,32 @@ def _literal(node: ast.AST):
             stack.extend(v.keys())
             stack.extend(v.values())
     return value
+
+
+# Bounds on what one call may ask of a backend, checked before it runs (a call then takes at most about a
+# second and no unbounded memory): the ground truth of every BFCL v4 multi-turn entry asks for a few digits.
+MAX_PRECISION = 1000  # `precision`, `decimal_places`: digits of a result (mpmath, decimal)
+MAX_POWER_DIGITS = 10_000  # decimal digits of power(base, exponent)'s result
+
+
+def check_call_bounds(method, call: BackendCall) -> None:
+    """CallError when `call` (numbers, precisions, the size of a power) would make `method` run unboundedly."""
+    bounded((call.args, call.kwargs))
+    try:
+        arguments = inspect.signature(method).bind(*call.args, **call.kwargs).arguments
+    except TypeError:
+        return  # the method raises its own error for the wrong arguments, as officially
+    for name in ("precision", "decimal_places"):
+        value = arguments.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_PRECISION:
+            raise CallError(f"{name}={value:g} is more than {MAX_PRECISION} digits")
+    if call.name == "power":
+        base, exponent = arguments.get("base"), arguments.get("exponent")
+        if isinstance(base, (int, float)) and isinstance(exponent, (int, float)) and abs(base) > 1:
+            digits = abs(exponent) * math.log10(abs(base))
+            if digits > MAX_POWER_DIGITS:
+                raise CallError(f"power({base:g}, {exponent:g}) has about {digits:.3g} digits; at most "
+                                f"{MAX_POWER_DIGITS}")
 
 
 def parse_backend_call(text: str) -> BackendCall:
@@ -146,10 +180,14 @@ class Backends:
             if call.name not in self.methods:
                 raise NameError(f"name '{call.name}' is not defined")
             owner, method = self.methods[call.name]
+            fn = getattr(self.instances[owner], method)
+            check_call_bounds(fn, call)
             # Copies: backends keep argument lists in their state and mutate them later (mention() appends to
             # a tweet's list); a recorded call must still say what was called.
             args, kwargs = copy.deepcopy((call.args, call.kwargs))
-            return _result_text(getattr(self.instances[owner], method)(*args, **kwargs))
+            # MathAPI sets the process-wide decimal precision and mpmath's dps: both restored after the call
+            with decimal.localcontext(), mpmath.workdps(mpmath.mp.dps):
+                return _result_text(fn(*args, **kwargs))
         except Exception as e:  # noqa: BLE001  (the backend's own errors are results, as officially)
             self.errors += 1
             return f"Error during execution: {e}"

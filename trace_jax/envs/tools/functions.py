@@ -48,7 +48,7 @@ def parse_call(text: str, max_chars: int = MAX_CALL_CHARS) -> Call:
     if text.startswith("{"):
         try:
             obj = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, or an integer over Python's 4300 digits
             raise CallError(f"bad JSON: {getattr(e, 'msg', e)}") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             raise CallError('JSON call needs {"name": "...", "arguments": {...}}')
@@ -58,7 +58,7 @@ def parse_call(text: str, max_chars: int = MAX_CALL_CHARS) -> Call:
                 raise CallError(f"arguments nested deeper than {MAX_NESTING} brackets")
             try:
                 args = json.loads(args)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):
                 raise CallError("arguments must be a JSON object") from None
         if not isinstance(args, dict):
             raise CallError("arguments must be a JSON object")
