@@ -47,4 +47,39 @@ def run(entry_point) -> None:
         if jax.process_index() == 0:
             print(json.dumps(summary))
 
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, except that a `--config.<section>.<field>=` flag naming a field the config does not
+    have exits with a line naming it (ml_collections raises a bare `AttributeError: "'foo'"` there)."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        sys.exit(f"FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on flags.")
+    except AttributeError as e:
+        config = _config_of(argv)
+        bad = [a.split("=")[0] for a in argv[1:] if a.startswith("--config.")
+               and not _has_path(config, a.split("=")[0][len("--config."):])]
+        sys.exit(f"unknown config field(s) {bad or e}: `python -c \"from trace_jax.config_files import default_config; "
+                 f"print(default_config())\"` lists every field")
+
+
+def _config_of(argv: list[str]):
+    """The config the `--config` flag in argv names, loaded without its overrides (None if absent)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            return FLAGS["config"].parser.parse(arg.split("=", 1)[1])
+        if arg == "--config" and i + 1 < len(argv):
+            return FLAGS["config"].parser.parse(argv[i + 1])
+    return None
+
+
+def _has_path(config, dotted: str) -> bool:
+    node = config
+    for part in dotted.split("."):
+        try:
+            node = node[part]
+        except (KeyError, TypeError, AttributeError):
+            return False
+    return True

@@ -39,13 +39,16 @@ class Range:
 
 
 _AT_LEAST_0, _AT_LEAST_1 = Range(0), Range(1)
+SEED_RANGE = Range(0, 2 ** 32 - 1)  # numpy and JAX seeds are 32-bit
+DTYPES = ("float32", "bfloat16", "float16")
 _POSITIVE = Range(0, low_open=True)
 _PROBABILITY = Range(0, 1)
 
 # Every numeric field of the plain sections and of the registry sections' base configs (entries'
 # own options are checked by their config classes). A field not listed here has no range.
 FIELD_RANGES: dict[str, Range | tuple[str, ...]] = {
-    "task.seed": _AT_LEAST_0, "task.num_questions": _AT_LEAST_1, "task.max_difficulty": _AT_LEAST_0,
+    "model.param_dtype": DTYPES, "model.dtype": DTYPES,
+    "task.seed": SEED_RANGE, "task.num_questions": _AT_LEAST_1, "task.max_difficulty": _AT_LEAST_0,
     "task.max_tokens": _AT_LEAST_1, "task.search_top_k": _AT_LEAST_1, "task.search_words": _AT_LEAST_1,
     "task.f1_success": _PROBABILITY,
     "sft.steps": _AT_LEAST_0, "sft.batch_size": _AT_LEAST_1, "sft.learning_rate": _POSITIVE,
@@ -86,6 +89,8 @@ def check_fields(run: RunConfig) -> None:
             allowed = FIELD_RANGES.get(key)
             if allowed is not None and value not in allowed:
                 raise ConfigError(f"config field '{key}'={value!r} is out of range: allowed {allowed}")
+    if not isinstance(run.seed, int) or isinstance(run.seed, bool) or run.seed not in SEED_RANGE:
+        raise ConfigError(f"config field 'seed'={run.seed!r} must be an integer in {SEED_RANGE}")
     if run.budget.m_min > run.budget.m_max:
         raise ConfigError(f"config fields 'budget.m_min'={run.budget.m_min} and 'budget.m_max'={run.budget.m_max} "
                           "conflict: m_min must be <= m_max")

@@ -63,10 +63,37 @@ def _updated(update):
     ({"model.preset": "gigantic"}, "unknown preset"),
     ({"predictor.features": "tokens"}, "predictor"),
     ({"sft.max_difficulty": -1}, "sft.max_difficulty"),
+    # issue 42: values accepted that failed later, naming no field
+    ({"model.param_dtype": "int8"}, "model.param_dtype"),
+    ({"model.dtype": "float64"}, "model.dtype"),
+    ({"task.seed": 2 ** 40}, "task.seed"),
+    ({"learner.mini_batches": 0}, "learner.mini_batches"),
+    ({"eval.sample_every": -1}, "eval.sample_every"),
 ])
 def test_bad_fields_are_named(update, culprit):
     with pytest.raises(ConfigError, match=culprit.replace(".", r"\.")):
         from_config_dict(_updated(update))
+
+
+@pytest.mark.parametrize("seed", [2 ** 64, -1, 1.5])
+def test_a_run_seed_numpy_and_jax_cannot_take_is_named(seed):
+    c = _updated({})
+    c["seed"] = seed
+    with pytest.raises(ConfigError, match="'seed'"):
+        from_config_dict(c)
+
+
+def test_the_launcher_names_an_unknown_config_field_flag(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run([sys.executable, os.path.join(repo, "experiments", "train.py"), "--config",
+                             os.path.join(repo, "configs", "quickstart.py"), "--workdir", str(tmp_path / "w"),
+                             "--config.rl.stepz=3", "--config.rl.steps=2"], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "unknown config field(s) ['--config.rl.stepz']" in result.stderr
+    assert "Traceback" not in result.stderr and not os.path.exists(tmp_path / "w")
 
 
 def test_a_baseline_runs_on_a_config_that_lists_traces_options_at_their_defaults():
