@@ -13,7 +13,9 @@ import json
 import os
 from collections.abc import Sequence
 
+import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from trace_jax.envs.eval_sets import EvalGroup
 from trace_jax.envs.protocol import Env, Task
@@ -40,12 +42,16 @@ def task_outcomes(policy: Policy, env: Env, tasks: Sequence[Task], *, k: int = 1
         policy = dataclasses.replace(policy, sampling=dataclasses.replace(policy.sampling, temperature=0.0))
         k = 1
     successes = []
+    progress = tqdm(total=len(tasks), desc="eval greedy" if greedy else f"eval {k} samples", unit="task",
+                    disable=jax.process_index() != 0 or len(tasks) <= batch, mininterval=5, leave=False)
     for begin in range(0, len(tasks), batch):
         chunk = list(tasks[begin:begin + batch])
         engine = RolloutEngine(policy, env, seed=seed + begin)
         trees = engine.roots(chunk)
         engine.expand(trees, [(i, 0, k) for i in range(len(trees))])
         successes += [sum(leaf.success for leaf in tree.leaves()) for tree in trees]
+        progress.update(len(chunk))
+    progress.close()
     return TaskOutcomes(task_ids=tuple(t.id for t in tasks), difficulty=tuple(int(t.difficulty) for t in tasks),
                         successes=tuple(int(s) for s in successes), k=k)
 

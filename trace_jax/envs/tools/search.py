@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,6 +33,7 @@ class SearchIndex:
         self.max_words = max_words_per_passage
         import bm25s  # here, not at import: importing bm25s starts JAX's backend, which must wait for
         # jax.distributed.initialize in multi-host runs (the launcher loads configs, hence envs, first)
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # its INFO "Building index ..." line is not ours to print
         tokens = bm25s.tokenize([d.contents for d in self.documents], stopwords="en", show_progress=False)
         if not tokens.vocab:
             raise DataError(f"cannot index this corpus: none of its {len(self.documents)} documents has a word "
