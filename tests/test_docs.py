@@ -9,7 +9,8 @@ import re
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+DOCS = ([os.path.join(REPO, "README.md"), os.path.join(REPO, "experiments", "results", "README.md")]
+        + sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))))
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 COMMAND = re.compile(r"python (experiments/[\w/]+\.py)((?:[^\n`|]*?--config[ =](configs/\w+\.py)(?::([\w,=./-]+))?)?)")
 
