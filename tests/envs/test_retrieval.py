@@ -114,3 +114,88 @@ def test_the_bundled_server_answers_bad_requests_with_400():
             urllib.request.urlopen(urllib.request.Request(url, data=b'{"queries": "x"}'), timeout=5)
     finally:
         server.shutdown()
+
+
+def _raw_server(reply):
+    """A TCP server that reads a request and answers with `reply(socket)` (raw bytes: broken HTTP too)."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def serve_forever():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(65536)
+                    reply(conn)
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve_forever, daemon=True).start()
+    return listener, f"http://127.0.0.1:{listener.getsockname()[1]}/retrieve"
+
+
+def _ok_headers(extra=b""):
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + extra
+
+
+def _trickle(conn):
+    conn.sendall(_ok_headers(b"Content-Length: 1000\r\n\r\n"))
+    for _ in range(100):
+        conn.sendall(b" ")
+        time.sleep(0.1)
+
+
+def _json(payload: str):
+    body = payload.encode("utf-8", "surrogatepass")
+    return lambda conn: conn.sendall(_ok_headers(b"Content-Length: %d\r\n\r\n" % len(body)) + body)
+
+
+BROKEN = {
+    "status line": (lambda c: c.sendall(b"garbage\r\n\r\n"), "unreachable"),
+    "broken chunked body": (lambda c: c.sendall(_ok_headers(b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc")),
+                            "unreachable"),
+    "150 headers": (lambda c: c.sendall(_ok_headers(b"".join(b"X-%d: y\r\n" % i for i in range(150)) + b"\r\n")),
+                    "unreachable"),
+    "incomplete body": (lambda c: c.sendall(_ok_headers(b"Content-Length: 500\r\n\r\n{\"result\"")),
+                        "malformed response"),  # read(n) returns what came before the close
+    "body trickled past the deadline": (_trickle, "unreachable"),
+    "deeply nested JSON": (_json("[" * 100_000 + "]" * 100_000), "malformed response"),
+    "not UTF-8": (lambda c: c.sendall(_ok_headers(b"Content-Length: 2\r\n\r\n\xff\xfe")), "malformed response"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_server_becomes_error_observations_in_bounded_time_through_prefetch_too(case):
+    reply, reason = BROKEN[case]
+    listener, url = _raw_server(reply)
+    try:
+        client = RetrievalClient(url, timeout_s=1.0, retries=0)
+        env = MultiHopEnv(client, Limits(max_turns=4))
+        episode = env.start(Task(id="t", question="q", answers=("a",)))
+        start = time.time()
+        env.prefetch(["Action: search[Person1]"])  # the engine's batched path, outside Episode.step's catch
+        result = episode.step("Action: search[Person1]")
+        assert time.time() - start < 3.0, case
+        assert result.observation.startswith(f"Error: the retrieval server failed: {reason}"), result.observation
+        assert result.info["error"] == "tool_error"
+    finally:
+        listener.close()
+
+
+def test_a_passage_with_a_lone_surrogate_is_cleaned_before_it_reaches_the_renderer():
+    hits = {"result": [[{"document": {"id": "1", "contents": "Title\nbad \ud800 text"}, "score": 1.0}]]}
+    listener, url = _raw_server(_json(json.dumps(hits)))
+    try:
+        observation = RetrievalClient(url, timeout_s=1.0, retries=0).search("q")
+        observation.encode("utf-8")  # would raise UnicodeEncodeError on a lone surrogate
+        assert "bad ? text" in observation
+    finally:
+        listener.close()

@@ -4,14 +4,19 @@ for the in-process BM25 `SearchIndex` (`task.search_backend="server"`).
 
 The queries of one decode turn go out as one request (`prefetch`, called by the rollout engine through
 `Env.prefetch`); `search` then answers from that batch. A request has a timeout and bounded retries
-with backoff; a failed, oversized or malformed response becomes an error observation for its queries
-(counted by the episode as a tool error): nothing raises, nothing hangs longer than
-timeout x (retries + 1) plus the backoff. The response is parsed as JSON data only.
+with backoff; a failed, oversized or malformed response (a broken status line or chunked body, too many
+headers, JSON nested too deep, any error while reading) becomes an error observation for its queries
+(counted by the episode as a tool error): nothing raises. Each attempt, headers and body together, has a
+wall-clock deadline of `timeout_s` (a server trickling bytes cannot stretch it: the socket timeout alone bounds
+each read, not the request), so nothing waits longer than timeout x (retries + 1) plus the backoff. The
+response is parsed as JSON data only; passages are cleaned of what is not valid UTF-8 (lone surrogates).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -60,20 +65,26 @@ class RetrievalClient:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             self.requests += 1
             try:
-                request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    raw = response.read(MAX_RESPONSE_BYTES + 1)
+                raw = _with_deadline(lambda: self._post(body), self.timeout_s)
                 if len(raw) > MAX_RESPONSE_BYTES:
                     reason = "response too large"
                     break  # retrying would return the same
                 return [self._format(q, hits) for q, hits in zip(queries, _results(raw, len(queries)), strict=True)]
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-                reason = f"unreachable ({getattr(e, 'reason', e)})"
-            except ValueError as e:  # malformed JSON or shape: the server's answer will not change
-                reason = f"malformed response ({e})"
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError, http.client.HTTPException) as e:
+                reason = f"unreachable ({getattr(e, 'reason', e) or type(e).__name__})"
+            except (ValueError, RecursionError) as e:  # malformed JSON or shape: the server's answer will not change
+                reason = f"malformed response ({type(e).__name__}: {e})"
                 break
+            except Exception as e:  # noqa: BLE001  (whatever else a broken server causes is its failure, not ours)
+                reason = f"failed ({type(e).__name__}: {e})"
         self.failures[reason.split(" (")[0]] += 1
         return [f"Error: the retrieval server failed: {reason}"[:300] for _ in queries]
+
+    def _post(self, body: bytes) -> bytes:
+        """One attempt: the response body, at most MAX_RESPONSE_BYTES + 1 bytes (more means too large)."""
+        request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            return response.read(MAX_RESPONSE_BYTES + 1)
 
     def _format(self, query: str, hits: list) -> str:
         if not hits:
@@ -86,7 +97,28 @@ class RetrievalClient:
             words = (text or title).split()
             cut = " ".join(words[: self.max_words]) + (" ..." if len(words) > self.max_words else "")
             lines.append(f"[{rank}] {title.strip().strip(chr(34))}: {cut}")
-        return "\n".join(lines)
+        return "\n".join(lines).encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
+
+
+def _with_deadline(fn, seconds: float):
+    """fn() run in a daemon thread: its result, its exception, or TimeoutError after `seconds` (the thread is
+    left to its socket timeout; it holds nothing of the caller's)."""
+    out: dict = {}
+
+    def target():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001  (handed to the caller)
+            out["error"] = e
+
+    worker = threading.Thread(target=target, daemon=True, name="retrieval-request")
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"no complete response within {seconds:g} s")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 def _results(raw: bytes, count: int) -> list[list]:
