@@ -221,3 +221,31 @@ def test_two_rl_steps_with_search_r1_and_every_kept_turn_ends_at_its_stop_string
 def test_formats_are_a_registry():
     assert {"react", "hermes", "search_r1"} <= set(FORMATS) and isinstance(FORMATS["hermes"], HermesFormat)
     assert not FORMATS["react"].needs_chat_template and FORMATS["hermes"].needs_chat_template
+
+
+_TAGGED = st.lists(st.sampled_from(["<think>", "</think>", "<tool_call>", "</tool_call>", "<search>", "</search>",
+                                    "<answer>", "</answer>", "a", " ", "{}"]), max_size=14).map("".join)
+
+
+@given(_TAGGED)
+@settings(max_examples=400, deadline=None)
+def test_the_linear_tag_scanners_find_what_the_lazy_regexes_find(text):
+    import re
+
+    from trace_jax.envs.formats import first_of_tags, tag_contents, without_blocks
+    assert tag_contents(text, "tool_call") == re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL)
+    assert without_blocks(text, "think") == re.sub(r"<think>(.*?)</think>", "", text, flags=re.DOTALL)
+    m = re.search(r"<(search|answer)>(.*?)</\1>", text, re.DOTALL)
+    assert first_of_tags(text, ("search", "answer")) == (None if m is None else (m.group(1), m.group(2)))
+
+
+@pytest.mark.parametrize("name", ["hermes", "search_r1", "react"])
+@pytest.mark.parametrize("tag", ["<tool_call>", "<think>", "<search>", "<answer>", "Action: search["])
+def test_a_megabyte_of_unclosed_tags_parses_in_linear_time(sources, name, tag):
+    import time
+
+    env = sources["multihop"].make_env(Limits(max_turns=4))
+    text = tag * (1_000_000 // len(tag))
+    t0 = time.perf_counter()
+    result = FORMATS[name].parse(text, env)
+    assert time.perf_counter() - t0 < 0.5 and isinstance(result, (Action, ParseError, list))
