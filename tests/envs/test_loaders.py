@@ -215,7 +215,7 @@ def test_a_corpus_of_stopwords_is_a_data_error(tmp_path):
 
 def test_deeply_nested_json_row_is_named(tmp_path):
     path = tmp_path / "train.jsonl"
-    path.write_text('{"question": "q", "golden_answers": ["a"]}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    path.write_text('{"question": "q", "golden_answers": ["Paris"]}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(DataError, match=r"train\.jsonl:2: invalid JSON"):
         load_search_r1(str(path))
 
@@ -250,3 +250,40 @@ def test_bfcl_values_follow_the_official_rules():
     docs = [{"name": "book", "parameters": {"properties": {k: {} for k in ("city", "when", "price", "guest")},
                                             "required": ["when"]}}]
     assert not bfcl_check([call], gt, docs)  # 'rooms' is not documented: the official checker refuses it too
+
+
+@pytest.mark.parametrize("final", ["nan", "inf", "-inf", "NaN"])
+def test_gsm8k_gold_that_is_not_a_finite_number_is_named(tmp_path, final):
+    path = _write_jsonl(tmp_path / "test.jsonl", [{"question": "q", "answer": "1\n#### 2"},
+                                                  {"question": "q2", "answer": f"x\n#### {final}"}])
+    with pytest.raises(DataError, match=r"test\.jsonl:2: final answer .* not a finite number"):
+        load_gsm8k(path)
+
+
+@pytest.mark.parametrize("gold", ["", "The", " a ", "."])
+def test_gold_answers_empty_after_normalisation_are_named(tmp_path, gold):
+    rows = [{"question": "q1", "golden_answers": ["Paris"]}, {"question": "q2", "golden_answers": ["Rome", gold]}]
+    with pytest.raises(DataError, match=r"test\.jsonl:2: field 'golden_answers' holds the answer"):
+        load_search_r1(_write_jsonl(tmp_path / "test.jsonl", rows))
+    hotpot = [dict(HOTPOT[0], answer=gold)]
+    (tmp_path / "hotpot.json").write_text(json.dumps(hotpot))
+    with pytest.raises(DataError, match="record 1: field 'answer' holds the answer"):
+        load_hotpotqa(str(tmp_path / "hotpot.json"))
+
+
+@pytest.mark.parametrize("kind", ["jsonl question", "jsonl nested", "json list", "corpus"])
+def test_a_lone_surrogate_is_named_with_its_file_and_line(tmp_path, kind):
+    bad = '"bad \\ud800 text"'  # a JSON escape that decodes to a lone surrogate
+    if kind == "json list":
+        (tmp_path / "rows.json").write_text('[{"question": "q", "golden_answers": [' + bad + ']}]')
+        path, load, where = str(tmp_path / "rows.json"), load_search_r1, r"rows\.json: record 1"
+    elif kind == "corpus":
+        (tmp_path / "corpus.jsonl").write_text('{"id": "1", "contents": "ok"}\n{"id": "2", "contents": ' + bad + '}\n')
+        path, load, where = str(tmp_path / "corpus.jsonl"), load_corpus, r"corpus\.jsonl:2"
+    else:
+        field = '"question": ' + bad if kind == "jsonl question" else '"question": "q", "meta": {"x": [' + bad + ']}'
+        (tmp_path / "t.jsonl").write_text('{"question": "fine", "answer": "1\\n#### 1"}\n{' + field
+                                         + ', "answer": "1\\n#### 1"}\n')
+        path, load, where = str(tmp_path / "t.jsonl"), load_gsm8k, r"t\.jsonl:2"
+    with pytest.raises(DataError, match=where + ".*lone surrogate"):
+        load(path)

@@ -11,6 +11,7 @@ naming the file and line before any compute starts.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -49,9 +50,39 @@ def jsonl_rows(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
             count += 1
-            yield f"{path}:{line_no}", row
+            yield f"{path}:{line_no}", encodable(row, f"{path}:{line_no}")
     if not count:
         raise DataError(f"{path}: the file has no rows")
+
+
+def encodable(row: dict, where: str) -> dict:
+    """`row` when every string in it is valid Unicode; a lone surrogate (JSON's "\\ud800" escapes decode to one)
+    would fail much later, in the tokenizer or a renderer, with no file or line: a DataError naming both."""
+    stack = [("", row)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise DataError(f"{where}: field {key or 'key'!r} holds a lone surrogate ({value[e.start]!r} at "
+                                f"character {e.start}): not text") from None
+        elif isinstance(value, dict):
+            stack += [(k, k) for k in value if isinstance(k, str)] + [(k, v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            stack += [(key, v) for v in value]
+    return row
+
+
+def answerable(answers, where: str, field: str = "answer"):
+    """`answers` when each keeps a word after exact-match normalisation (articles and punctuation dropped):
+    a gold answer of "" or "The" would score any "a" or "." as right."""
+    from trace_jax.envs.scoring import normalize
+    for answer in answers:
+        if not normalize(answer):
+            raise DataError(f"{where}: field {field!r} holds the answer {answer!r}, which is empty after exact-match "
+                            "normalisation (articles and punctuation dropped): every empty answer would match it")
+    return answers
 
 
 def _rows(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -69,7 +100,7 @@ def _rows(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
         if not table.num_rows:
             raise DataError(f"{path}: the file has no rows")
         for n, row in enumerate(table.to_pylist(), 1):
-            yield f"{path}: record {n}", row
+            yield f"{path}: record {n}", encodable(row, f"{path}: record {n}")
     elif path.endswith(".json"):
         with open(path, "rb") as f:
             raw = f.read()
@@ -91,7 +122,7 @@ def _rows(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
         for n, row in enumerate(data, 1):
             if not isinstance(row, dict):
                 raise DataError(f"{path}: record {n}: expected an object, got {type(row).__name__}")
-            yield f"{path}: record {n}", row
+            yield f"{path}: record {n}", encodable(row, f"{path}: record {n}")
     else:
         yield from jsonl_rows(path)
 
@@ -115,7 +146,7 @@ def load_hotpotqa(path: str) -> tuple[list[Task], list[Document]]:
     for where, row in _rows(path):
         qid = str(require_field(row, "_id", (str, int), where))
         question = require_field(row, "question", str, where)
-        answer = require_field(row, "answer", str, where)
+        (answer,) = answerable((require_field(row, "answer", str, where),), where)
         context = require_field(row, "context", list, where)
         for item in context:
             if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str)
@@ -179,9 +210,9 @@ def qa_row(row: dict, where: str) -> tuple[str, list[str]]:
             answers = answers.tolist()
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
             raise DataError(f"{where}: field 'golden_answers' should be a non-empty list of strings")
-        return question, answers
+        return question, answerable(answers, where, "golden_answers")
     if "reward_model" in row or "prompt" in row:
-        return _verl_question(row, where), _verl_answers(row, where)
+        return _verl_question(row, where), answerable(_verl_answers(row, where), where, "reward_model.ground_truth")
     raise DataError(f"{where}: expected FlashRAG fields (question, golden_answers) or verl fields (prompt, "
                     f"reward_model); the row has {sorted(row)}")
 
@@ -227,9 +258,11 @@ def load_gsm8k(path: str) -> list[Task]:
             final = answer.rsplit("####", 1)[1]
         final = final.strip().replace(",", "")
         try:
-            float(final)
+            finite = math.isfinite(float(final))
         except ValueError:
-            raise DataError(f"{where}: final answer {final!r} is not a number") from None
+            finite = False
+        if not finite:
+            raise DataError(f"{where}: final answer {final!r} is not a finite number")
         steps = answer.count("<<") or answer.count("\n")
         tasks.append(Task(id=f"gsm8k/{len(tasks)}", question=question, answers=(final,), difficulty=max(1, steps),
                           split=split_of(question), data={"solution": answer}))
