@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trace_jax.checkpointing import CHECKSUMS, CheckpointError, Checkpointer, require_checkpoint_dir
+from trace_jax.checkpointing import (CHECKSUMS, CheckpointError, CheckpointMismatchError, Checkpointer,
+                                     require_checkpoint_dir)
 
 
 def _arrays(value: float):
@@ -97,8 +98,32 @@ def test_nothing_usable_lists_every_step_and_why(tmp_path):
 
 
 def test_a_wrong_target_structure_is_a_checkpoint_error_naming_the_step(three_steps):
-    with pytest.raises(CheckpointError, match=r"step 3 .*orbax cannot restore"):
+    with pytest.raises(CheckpointError, match=r"step 3 .*another model.*\['other'\]: checkpoint absent vs run \(2,\)"):
         three_steps.restore({"params": {"other": np.zeros(2)}, "opt_state": {"count": np.array(0)}}, 3)
+    with pytest.raises(CheckpointError, match=r"step 3 .*orbax cannot restore"):  # params fit, the rest does not
+        three_steps.restore({"params": _arrays(0.0)["params"], "opt_state": {"other": np.array(0)}}, 3)
+
+
+def test_intact_checkpoints_of_another_model_are_refused_naming_shapes_and_kept(three_steps):
+    def other_model(record):
+        return {"params": {"w": jnp.zeros((2048,)), "b": jnp.arange(3.0)}, "opt_state": {"count": jnp.array(0)}}
+
+    with pytest.raises(CheckpointMismatchError, match=r"\['w'\]: checkpoint \(4096,\) vs run \(2048,\)"):
+        three_steps.restore_latest(other_model)
+    assert three_steps.steps() == [3, 2, 1] and not glob.glob(three_steps.directory + "/*.unusable*")
+
+
+@pytest.mark.parametrize("content", ["null", "7", "[1, 2]", '{"a": 3}'])
+def test_a_checksum_file_of_the_wrong_shape_falls_back_to_the_previous_step(three_steps, content):
+    with open(os.path.join(three_steps.step_dir(3), CHECKSUMS), "w") as f:
+        f.write(content)
+    assert _restored_value(Checkpointer(three_steps.directory, keep=3)) == (2, 2.0)
+
+
+def test_a_checkpoint_directory_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "checkpoints").write_text("not a directory")
+    with pytest.raises(CheckpointError, match="exists and is not a directory"):
+        Checkpointer(str(tmp_path / "checkpoints"))
 
 
 def test_keep_zero_and_missing_directories_are_refused(tmp_path):

@@ -60,8 +60,13 @@ class Checkpointer:
         if keep < 1:
             raise CheckpointError(f"{directory}: keep={keep} would keep no checkpoint to resume from")
         self.directory = os.path.abspath(directory)
+        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+            raise CheckpointError(f"{self.directory} exists and is not a directory: checkpoints cannot be kept there "
+                                  "(move that file, or use another workdir)")
         self.manager = ocp.CheckpointManager(
-            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False))
+            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False),
+            # named handlers: a fresh process can read a step's array metadata (shapes) before restoring it
+            item_handlers={"arrays": ocp.StandardCheckpointHandler(), "record": ocp.JsonCheckpointHandler()})
 
     def steps(self) -> list[int]:
         """Every step directory, usable or not, newest first."""
@@ -100,6 +105,9 @@ class Checkpointer:
                 expected = json.load(f)
         except (OSError, ValueError) as e:
             raise CheckpointError(f"checkpoint step {step} ({step_dir}): unreadable {CHECKSUMS}: {e}") from None
+        if not isinstance(expected, dict) or not all(isinstance(v, str) for v in expected.values()):
+            raise CheckpointError(f"checkpoint step {step} ({step_dir}): unreadable {CHECKSUMS}: expected "
+                                  f"{{file: sha256}}, got {type(expected).__name__}")
         actual = _file_digests(step_dir)
         missing = sorted(set(expected) - set(actual))
         changed = sorted(k for k in expected if k in actual and actual[k] != expected[k])
@@ -121,6 +129,7 @@ class Checkpointer:
         and its record; CheckpointError if it is damaged, unreadable or not finite."""
         self.verify(step)
         target = {k: v for k, v in target.items() if jax.tree.leaves(v)}
+        self._require_shapes(step, target)
         local = jax.tree.map(lambda x: not isinstance(x, jax.Array) or x.is_fully_addressable, target)
         try:
             restored = self.manager.restore(step, args=ocp.args.Composite(
@@ -135,6 +144,28 @@ class Checkpointer:
                                   "Inf values")
         return arrays, dict(restored["record"])
 
+    def _require_shapes(self, step: int, target: dict[str, Any]) -> None:
+        """CheckpointMismatchError naming the first differing arrays when an intact step holds params of other
+        shapes than the run's (another model): a setting to fix, not damage to set aside."""
+        try:
+            stored = self.manager.item_metadata(step)["arrays"]
+            stored = getattr(stored, "tree", stored)
+        except Exception:  # noqa: BLE001  (no readable metadata: orbax's restore reports the step)
+            return
+        if "params" not in target or not isinstance(stored, dict) or "params" not in stored:
+            return
+        want = {jax.tree_util.keystr(p): tuple(x.shape) for p, x in jax.tree_util.tree_leaves_with_path(
+            target["params"])}
+        have = {jax.tree_util.keystr(p): tuple(getattr(x, "shape", ())) for p, x in
+                jax.tree_util.tree_leaves_with_path(stored["params"], is_leaf=lambda x: hasattr(x, "shape"))}
+        differ = [f"{k}: checkpoint {have.get(k, 'absent')} vs run {want.get(k, 'absent')}"
+                  for k in sorted(set(want) | set(have)) if have.get(k) != want.get(k)]
+        if differ:
+            raise CheckpointMismatchError(
+                f"checkpoint step {step} ({self.step_dir(step)}) holds params of another model than this run's "
+                f"({len(differ)} arrays differ: {'; '.join(differ[:4])}): resume it with the config that wrote it, "
+                "or use another workdir")
+
     def restore_latest(self, make_target: Callable[[dict[str, Any]], dict[str, Any]]
                        ) -> tuple[dict[str, Any], dict[str, Any], int]:
         """(arrays, record, step) of the newest usable step. `make_target(record)` gives the structure
@@ -148,6 +179,8 @@ class Checkpointer:
                 if not verified:
                     _logger.warning("checkpoint step %d (%s) has no %s (written by an older version): "
                                     "restored unverified", step, self.step_dir(step), CHECKSUMS)
+            except CheckpointMismatchError:
+                raise  # intact, of another model: moving it aside would lose the run it belongs to
             except CheckpointError as e:
                 problems.append(str(e))
                 _logger.warning("%s; trying the previous step", e)
@@ -172,6 +205,10 @@ class Checkpointer:
             from jax.experimental import multihost_utils
             multihost_utils.sync_global_devices(f"checkpoint-set-aside-{step}")
         self.manager.reload()
+
+
+class CheckpointMismatchError(CheckpointError):
+    """An intact checkpoint that does not fit this run (another model's params)."""
 
 
 def require_checkpoint_dir(path: str) -> str:

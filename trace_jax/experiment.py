@@ -289,6 +289,8 @@ def warm_start(setup: Setup, workdir: str, writer: MetricWriter):
                 last_save = time.time()
                 if stop.stop:
                     raise RunInterrupted("sft", step + 1)
-    if run.sft.steps:
-        save(run.sft.steps, {})
+        if run.sft.steps:
+            save(run.sft.steps, {})
+        if stop.stop:  # a signal during the last step: SFT is saved whole, the run stops before RL
+            raise RunInterrupted("sft", run.sft.steps)
     return params

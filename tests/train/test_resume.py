@@ -127,6 +127,23 @@ def test_sigterm_during_sft_checkpoints_it_and_the_resumed_sft_ends_where_an_uni
     assert sft_rows == sorted(set(sft_rows))
 
 
+def test_sigterm_during_the_last_sft_step_saves_sft_and_stops_before_rl(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real_step = experiment.sft_step
+
+    def step_then_signal(*args):
+        calls["n"] += 1
+        if calls["n"] == OVERRIDES["sft.steps"]:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(*args)
+
+    monkeypatch.setattr(experiment, "sft_step", step_then_signal)
+    stopped = train.train_and_evaluate(_config(), str(tmp_path))
+    assert stopped["interrupted"] and stopped["stage"] == "sft"
+    assert Checkpointer(str(tmp_path / "sft")).steps() == [OVERRIDES["sft.steps"]]
+    assert not os.path.exists(tmp_path / "steps.jsonl")  # no RL step ran
+
+
 def test_periodic_sft_checkpoints(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "SFT_CHECKPOINT_SECONDS", 0.0)
     saved = []
