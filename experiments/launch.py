@@ -24,6 +24,8 @@ flags.DEFINE_integer("initialization_timeout", 300, "Seconds to wait for every p
 flags.DEFINE_integer("heartbeat_timeout", 100, "Seconds without a heartbeat after which a process counts as dead and "
                      "the others stop with an error (instead of waiting in a collective forever).")
 flags.mark_flags_as_required(["config", "workdir"])
+for _name in ("initialization_timeout", "heartbeat_timeout"):
+    flags.register_validator(_name, lambda seconds: seconds > 0, message=f"--{_name} must be > 0 seconds")
 
 
 def run(entry_point) -> None:

@@ -287,3 +287,20 @@ def test_a_lone_surrogate_is_named_with_its_file_and_line(tmp_path, kind):
         path, load, where = str(tmp_path / "t.jsonl"), load_gsm8k, r"t\.jsonl:2"
     with pytest.raises(DataError, match=where + ".*lone surrogate"):
         load(path)
+
+
+@pytest.mark.parametrize("which", ["questions", "answers"])
+def test_bfcl_repeated_ids_are_named(tmp_path, which):
+    directory = _bfcl(tmp_path)
+    path = tmp_path / ("BFCL_v3_simple.json" if which == "questions" else "possible_answer/BFCL_v3_simple.json")
+    first = path.read_text().splitlines()[0]
+    path.write_text(first + "\n" + first + "\n")
+    with pytest.raises(DataError, match=r"BFCL_v3_simple\.json:2: id 'simple_0' repeats the"):
+        load_bfcl(directory, "simple")
+
+
+def test_a_test_file_that_is_the_training_file_is_named(tmp_path):
+    from trace_jax.envs.tasks.datasets import GSM8KTasks
+    path = _write_jsonl(tmp_path / "g.jsonl", [{"question": f"q{i}", "answer": f"x\n#### {i}"} for i in range(5)])
+    with pytest.raises(DataError, match="train_path = task.test_path"):
+        GSM8KTasks(train_path=path, test_path=path)

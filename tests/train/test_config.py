@@ -94,6 +94,10 @@ def test_the_launcher_names_an_unknown_config_field_flag(tmp_path):
                              "--config.rl.stepz=3", "--config.rl.steps=2"], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "unknown config field(s) ['--config.rl.stepz']" in result.stderr
     assert "Traceback" not in result.stderr and not os.path.exists(tmp_path / "w")
+    result = subprocess.run([sys.executable, os.path.join(repo, "experiments", "train.py"), "--config",
+                             os.path.join(repo, "configs", "quickstart.py"), "--workdir", str(tmp_path / "w"),
+                             "--initialization_timeout=-1"], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "--initialization_timeout must be > 0" in result.stderr
 
 
 def test_a_baseline_runs_on_a_config_that_lists_traces_options_at_their_defaults():

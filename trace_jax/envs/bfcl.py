@@ -87,11 +87,16 @@ def load_bfcl(directory: str, category: str = "simple_python") -> list[Task]:
     questions, answers_path = bfcl_files(directory, category)
     truth = {}
     for where, row in (jsonl_rows(answers_path) if answers_path else ()):
-        truth[str(require_field(row, "id", (str, int), where))] = (
-            _bfcl_truth(require_field(row, "ground_truth", list, where), where), where)
-    tasks = []
+        qid = str(require_field(row, "id", (str, int), where))
+        if qid in truth:  # graded against the last row's ground truth otherwise
+            raise DataError(f"{where}: id {qid!r} repeats the ground truth of {truth[qid][1]}")
+        truth[qid] = (_bfcl_truth(require_field(row, "ground_truth", list, where), where), where)
+    tasks, seen = [], {}
     for where, row in jsonl_rows(questions):
         qid = str(require_field(row, "id", (str, int), where))
+        if qid in seen:
+            raise DataError(f"{where}: id {qid!r} repeats the question of {seen[qid]}")
+        seen[qid] = where
         user = _bfcl_user_messages(require_field(row, "question", list, where), where)
         functions = require_field(row, "function", list, where)
         documented = _bfcl_functions(functions, where)

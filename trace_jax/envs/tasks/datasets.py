@@ -45,6 +45,9 @@ def with_splits(train: list[Task], test: list[Task]) -> list[Task]:
     held = {_key(t.question) for t in test}
     kept = [dataclasses.replace(t, id=f"train:{t.id}", split="validation" if t.split == "validation" else "train")
             for t in train if _key(t.question) not in held]
+    if not kept:
+        raise DataError(f"every one of the {len(train)} training questions is also in the test file (the same file "
+                        "twice, task.train_path = task.test_path?): no training task is left")
     return kept + [dataclasses.replace(t, id=f"test:{t.id}", split="test") for t in test]
 
 
