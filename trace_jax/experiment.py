@@ -141,6 +141,16 @@ def _template_args(task: run_config.TaskSection) -> dict:
     return {} if task.thinking else {"enable_thinking": False}
 
 
+def _require_positions(run: run_config.RunConfig, positions: int) -> None:
+    """Generation lengths the model cannot hold (its max_position_embeddings) are refused before any compute.
+    (`sft.max_len` is a truncation cap, not a length: BFCL multi-turn's `:runlocal` trains its tiny model on
+    demonstrations past the preset's nominal positions, which RoPE computes.)"""
+    for key, value in (("rl.max_new_tokens", run.rl.max_new_tokens), ("task.max_tokens", run.task.max_tokens)):
+        if value > positions:
+            raise run_config.ConfigError(f"config field {key!r}={value} exceeds the model's {positions} positions "
+                                         "(max_position_embeddings)")
+
+
 def build(config, workdir: str) -> Setup:
     """Validates the config (failing before compute) and builds model, tokenizer, task source, env."""
     run = config if isinstance(config, run_config.RunConfig) else run_config.from_config_dict(config)
@@ -161,6 +171,7 @@ def build(config, workdir: str) -> Setup:
         renderer = (ChatRenderer.for_format(tokenizer, run.task.action_format, _template_args(run.task))
                     if action_format.needs_chat_template
                     else ReactRenderer(tokenizer, action_format))
+    _require_positions(run, model_config.max_position_embeddings)
     sampling = SamplingParams(temperature=run.rl.temperature, top_p=run.rl.top_p,
                               max_new_tokens=run.rl.max_new_tokens)
     model_config = model_config.replace(remat=run.learner.remat)

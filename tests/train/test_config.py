@@ -75,6 +75,13 @@ def test_bad_fields_are_named(update, culprit):
         from_config_dict(_updated(update))
 
 
+@pytest.mark.parametrize("key", ["rl.max_new_tokens", "task.max_tokens"])
+def test_generation_lengths_past_the_models_positions_are_named_before_compute(tmp_path, key):
+    from trace_jax import experiment
+    with pytest.raises(ConfigError, match=f"'{key}'=100000000 exceeds the model's 4096 positions"):
+        experiment.build(_updated({key: 10 ** 8, "model.preset": "mini"}), str(tmp_path))
+
+
 @pytest.mark.parametrize("seed", [2 ** 64, -1, 1.5])
 def test_a_run_seed_numpy_and_jax_cannot_take_is_named(seed):
     c = _updated({})
