@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # benchmark scripts in subprocesses: `python -m pytest -m slow`
+
 REPO = os.path.join(os.path.dirname(__file__), "..")
 
 

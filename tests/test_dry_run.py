@@ -11,6 +11,8 @@ import pytest
 from configs import qwen3_8b_multihop
 from trace_jax import run_config
 
+pytestmark = pytest.mark.slow  # the dry run compiles every paper program: `python -m pytest -m slow`
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -7,7 +7,11 @@ import os
 import nbformat
 from nbclient import NotebookClient
 
+import pytest
+
 from trace_jax.testing.checkpoints import write_gsm8k_files, write_tiny_qwen3_checkpoint
+
+pytestmark = pytest.mark.slow  # notebooks executed end to end: `python -m pytest -m slow`
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

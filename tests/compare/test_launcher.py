@@ -3,6 +3,9 @@
 import os
 import subprocess
 import sys
+import pytest
+
+pytestmark = pytest.mark.slow  # launcher subprocesses: `python -m pytest -m slow`
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

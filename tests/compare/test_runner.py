@@ -13,6 +13,8 @@ from trace_jax.allocation.predictor import FEATURIZERS
 from trace_jax.compare.audit import BudgetAuditError
 from trace_jax.compare.runner import run_comparison
 
+pytestmark = pytest.mark.slow  # whole comparisons (SFT, runs, reports, studies): `python -m pytest -m slow`
+
 
 def _config():
     c = compare_multihop.get_config("runlocal")

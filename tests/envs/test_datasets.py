@@ -208,12 +208,14 @@ def test_missing_files_and_misplaced_fields_are_named_before_compute(files, tmp_
         from_config_dict(_config("gsm8k8k", {}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hotpotqa", "search_r1", "bfcl"])
 def test_two_rl_steps_on_each_dataset(files, name, tmp_path):
     summary = train.train_and_evaluate(_config(name, files[name]), str(tmp_path))
     assert summary["steps"] == 2 and 0.0 <= summary["acc_after_rl"] <= 1.0
 
 
+@pytest.mark.slow
 def test_paper_configs_runlocal_end_to_end(files, tmp_path):
     """DeepScaleR's runlocal trains (math-verify scoring); HotpotQA's runlocal validates with its F1 criterion
     (its path is the hotpotqa two-step run above)."""

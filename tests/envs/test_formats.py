@@ -137,6 +137,7 @@ def test_hermes_needs_a_template_with_tools(tmp_path):
         ChatRenderer.for_format(tokenizer, "hermes")
 
 
+@pytest.mark.slow
 def test_two_rl_steps_with_hermes_on_a_qwen3_style_template(qwen3_tokenizer_dir, tmp_path):
     from configs import quickstart
     from trace_jax import train
@@ -193,6 +194,7 @@ def test_search_r1_needs_a_search_tool(tmp_path):
         experiment.build(c, str(tmp_path))
 
 
+@pytest.mark.slow
 def test_two_rl_steps_with_search_r1_and_every_kept_turn_ends_at_its_stop_string(tmp_path):
     from configs import quickstart
     from trace_jax import experiment, train

@@ -25,6 +25,7 @@ def _tiny(c):
     return c
 
 
+@pytest.mark.slow
 def test_the_allocator_runs_through_the_comparison_at_an_audited_equal_budget(tmp_path):
     from trace_jax.compare.runner import run_comparison
     c = _tiny(compare_multihop.get_config("runlocal"))
@@ -35,6 +36,7 @@ def test_the_allocator_runs_through_the_comparison_at_an_audited_equal_budget(tm
     assert set(head["heldout_acc"]) == {"grpo", "uncertainty"}
 
 
+@pytest.mark.slow
 def test_the_allocator_checkpoints_its_counts_and_resumes(tmp_path):
     c = _tiny(quickstart.get_config("runlocal"))
     c.allocator.name = "uncertainty"
@@ -58,12 +60,14 @@ def test_the_estimator_leaves_one_out():
     np.testing.assert_allclose(advantages, [1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3])
 
 
+@pytest.mark.slow
 def test_the_estimator_trains(tmp_path):
     c = _tiny(quickstart.get_config("runlocal"))
     c.allocator.name, c.advantage.name = "grpo", "rloo"
     assert train.train_and_evaluate(c, str(tmp_path))["steps"] == 2
 
 
+@pytest.mark.slow
 def test_the_environment_is_solved_by_its_oracle_and_trains(tmp_path):
     source = SOURCES["reverse"](0, num_questions=60)
     env = source.make_env()
@@ -87,6 +91,7 @@ def test_the_action_format_rewrites_demonstrations_that_still_succeed(name):
     assert episode.step("no tags at all").info["error"] == "no_action"
 
 
+@pytest.mark.slow
 def test_the_action_format_trains_with_the_bundled_tokenizer(tmp_path):
     c = _tiny(quickstart.get_config("runlocal"))
     c.task.action_format = "xml"

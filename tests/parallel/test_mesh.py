@@ -42,6 +42,7 @@ def test_loading_a_config_leaves_the_backend_unstarted():
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr[-1500:]
 
 
+@pytest.mark.slow
 def test_the_launcher_names_a_missing_coordinator_before_compute(tmp_path):
     out = subprocess.run([sys.executable, "experiments/train.py", "--config", "configs/quickstart.py:runlocal",
                           "--workdir", str(tmp_path), "--distributed", "--num_processes=2"],

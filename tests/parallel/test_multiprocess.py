@@ -9,8 +9,11 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.parallel.test_sharding import _losses
+
+pytestmark = pytest.mark.slow  # several processes joined by jax.distributed: `python -m pytest -m slow`
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -90,6 +90,7 @@ def test_a_run_seed_numpy_and_jax_cannot_take_is_named(seed):
         from_config_dict(c)
 
 
+@pytest.mark.slow
 def test_the_launcher_names_an_unknown_config_field_flag(tmp_path):
     import os
     import subprocess
@@ -159,6 +160,7 @@ def test_evaluate_without_checkpoint_fails_fast(tmp_path):
         train.evaluate(quickstart.get_config("runlocal"), str(tmp_path / "empty"))
 
 
+@pytest.mark.slow
 def test_launcher_loads_derived_configs_and_fails_fast_without_checkpoint(tmp_path):
     """configs/*_tiny.py import configs.quickstart: the launcher must make that importable from any cwd."""
     import os

@@ -23,6 +23,8 @@ from trace_jax.records import read_steps
 from trace_jax.rollout.continuous import Batching
 from trace_jax.run_config import ConfigError
 
+pytestmark = pytest.mark.slow  # full runs killed and resumed: `python -m pytest -m slow`
+
 OVERRIDES = {"model.preset": "tiny", "rl.steps": 4, "checkpoint.every": 1, "eval.num_tasks": 8, "sft.steps": 10,
              "budget.rollouts": 8, "budget.prompts": 2, "budget.candidates": 4}
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -25,6 +25,7 @@ def _config(**changes):
     return c
 
 
+@pytest.mark.slow
 def test_updates_per_step_and_the_sampled_learning_curve(tmp_path):
     summary = train.train_and_evaluate(_config(), str(tmp_path))
     assert summary["steps"] == 2

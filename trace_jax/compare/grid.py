@@ -9,7 +9,7 @@ import dataclasses
 import itertools
 
 from trace_jax import run_config
-from trace_jax.allocation import default_advantage
+from trace_jax.allocation import ALLOCATORS, default_advantage
 from trace_jax.allocation.predictor import FEATURIZERS
 
 ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
@@ -17,10 +17,10 @@ ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy
 # predictor is scored without selection bias in steps.jsonl (`holdout_calibration`); 2 of M = 32 rollouts.
 TRACE_HOLDOUT = 2
 
-# The comparison's arms: name -> config overrides. Each allocator is an arm under its own name; "trace" is
-# the paper's TRACE (stage 2 spends m_i x N continuations on prompt i's own prefixes, one round) with
-# holdout anchors; "trace_global" is our extension (one pool of M - M1 over all trees, budget.rounds
-# rounds), the mode of every grid before 2026-12-05.
+# The comparison's arms: name -> config overrides. Each allocator (registered ones too) is an arm under its own
+# name; "trace" is the paper's TRACE (stage 2 spends m_i x N continuations on prompt i's own prefixes, one
+# round) with holdout anchors; "trace_global" is our extension (one pool of M - M1 over all trees,
+# budget.rounds rounds), the mode of every grid before 2026-12-05.
 ARMS: dict[str, dict[str, object]] = {
     **{name: {"allocator.name": name} for name in ALL_ALLOCATORS},
     "trace": {"allocator.name": "trace", "allocator.prefix_budget": "local", "allocator.holdout": TRACE_HOLDOUT},
@@ -123,9 +123,10 @@ class CompareSection:
     token_calibration: int = 256
 
     def __post_init__(self):
-        unknown = [a for a in self.allocators if a not in ARMS]
+        unknown = [a for a in self.allocators if a not in ARMS and a not in ALLOCATORS]
         if unknown or not self.allocators:
-            raise ValueError(f"allocators {unknown or '()'} unknown/empty; arms {sorted(ARMS)}")
+            raise ValueError(f"allocators {unknown or '()'} unknown/empty; arms {sorted(ARMS)} and every registered "
+                             f"allocator {ALLOCATORS.names()}")
         stray = sorted(set(self.arm_settings) - set(self.allocators))
         if stray:
             raise ValueError(f"arm_settings for {stray}, which are not among the allocators {list(self.allocators)}")
@@ -199,7 +200,8 @@ def _plain(value):
 def variants(compare: CompareSection) -> list[Variant]:
     if compare.ablation:
         return [Variant(name, {"allocator.name": "trace", **o}) for name, o in ABLATIONS[compare.ablation].items()]
-    arms = [Variant(name, {**ARMS[name], **_flat(compare.arm_settings.get(name, {}))}) for name in compare.allocators]
+    arms = [Variant(name, {**ARMS.get(name, {"allocator.name": name}), **_flat(compare.arm_settings.get(name, {}))})
+            for name in compare.allocators]
     sweep = _flat(compare.sweep)
     if not sweep:
         return arms
