@@ -247,6 +247,7 @@ def test_bfcl_multi_turn_runlocal(tmp_path):
     assert all(r.ledger.tokens_prefilled > 8000 for r in records)  # the long prompts were prefilled
 
 
+@pytest.mark.slow
 def test_two_rl_steps_from_the_command_line(files, tmp_path):
     """experiments/train.py on GSM8K files (JSONL train, verl Parquet test), as a user types it."""
     fields = files["gsm8k"]

@@ -76,6 +76,7 @@ def test_split_eval_set_is_the_split():
     assert split_eval_set(source, env, "validation", 0)[0].tasks == tuple(source.tasks("validation"))
 
 
+@pytest.mark.slow
 def test_grouped_outcomes_equal_each_group_alone(tiny_setup):
     from trace_jax.evaluation import grouped_outcomes, task_outcomes
     source = tiny_setup.source

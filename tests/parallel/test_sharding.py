@@ -41,7 +41,7 @@ def _losses(mesh):
     return losses, params
 
 
-@pytest.mark.parametrize("shape", [(2, 4, 1), (2, 2, 2)])
+@pytest.mark.parametrize("shape", [(2, 4, 1), pytest.param((2, 2, 2), marks=pytest.mark.slow)])
 def test_sharded_steps_match_single_device(shape):
     assert jax.device_count() >= 8
     reference, _ = _losses(None)

@@ -57,7 +57,8 @@ def synchronous(tiny_setup):
     return grow(tiny_setup, Batching())
 
 
-@pytest.mark.parametrize("overlap_tools", [True, False], ids=["tools-overlap-decode", "tools-between-chunks"])
+@pytest.mark.parametrize("overlap_tools", [pytest.param(True, marks=pytest.mark.slow), False],
+                         ids=["tools-overlap-decode", "tools-between-chunks"])
 def test_continuous_batching_samples_the_synchronous_loops_trajectories(tiny_setup, synchronous, overlap_tools):
     """Same row ids and per-turn token positions: with the same seed both loops draw the same tokens.
     4 slots for 8 (then 32) branches: slots are refilled, and stage 2 forks from archived rows. With the
@@ -86,6 +87,7 @@ def test_continuous_batching_samples_the_synchronous_loops_trajectories(tiny_set
     assert utilisation > 1.5 * engine_sync.decode_tokens / engine_sync.decode_slot_steps
 
 
+@pytest.mark.slow
 def test_greedy_trajectories_are_identical(tiny_setup):
     _, want, _ = grow(tiny_setup, Batching(), temperature=0.0)
     _, got, _ = grow(tiny_setup, Batching(chunk=3, slots=4), temperature=0.0)
