@@ -38,9 +38,6 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collections.ConfigDict:
     args = config_args(arg, flags=("runlocal", "powered", "mixed", "screen"), config="the comparison configs")
     c = base()
-    # The turn-synchronous loop every stored run was made with: a run's directory hashes its settings, so a
-    # grid resumes from its committed runs only under them (continuous batching samples the same tokens).
-    c.rl.decode_chunk = 0
     if args["mixed"]:
         _mixed(c)
     c.rl.steps, c.rl.eval_every = 60, 15

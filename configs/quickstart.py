@@ -16,11 +16,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The library's defaults (`trace_jax/run_config.py` holds them); `runlocal` shrinks every stage."""
     args = config_args(arg, flags=("runlocal",), config="configs/quickstart.py")
     c = default_config()
-    # continuous batching at turn granularity: the same samples as the turn-synchronous loop, 2.6x its rollout
-    # throughput (docs/sampler.md, "Continuous batching")
-    c.rl.decode_chunk = 8
     if args["runlocal"]:
-        c.rl.decode_chunk = 0  # the tests' smoke runs keep the reference loop
         c.task.num_questions = 300
         c.sft.steps, c.sft.num_demos = 20, 100
         c.rl.steps, c.rl.max_new_tokens = 2, 16

@@ -133,13 +133,31 @@ def _raw_server(reply):
             with conn:
                 conn.settimeout(5)
                 try:
-                    conn.recv(65536)
+                    _read_request(conn)  # all of it: closing on unread bytes resets the connection
                     reply(conn)
+                    conn.shutdown(socket.SHUT_WR)
                 except OSError:
                     pass
 
     threading.Thread(target=serve_forever, daemon=True).start()
     return listener, f"http://127.0.0.1:{listener.getsockname()[1]}/retrieve"
+
+
+def _read_request(conn) -> None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk
 
 
 def _ok_headers(extra=b""):

@@ -28,7 +28,7 @@ def test_train_state_and_kv_cache_terms_are_exact():
     pytest.param("small", 512, 2, 8192, "dots", memory.LOGITS_BYTES, marks=pytest.mark.slow),
     ("mini", 1024, 1, 32000, "dots", memory.LOGITS_BYTES),
     pytest.param("mini", 1024, 1, 32000, "layer", memory.LOGITS_BYTES, marks=pytest.mark.slow),
-    ("mini", 1024, 1, 32000, "layer", 1 << 24)],
+    pytest.param("mini", 1024, 1, 32000, "layer", 1 << 24, marks=pytest.mark.slow)],
     ids=["small", "mini", "mini-remat-layer", "mini-remat-layer-logits-in-blocks"])
 def test_learner_estimate_is_close_to_xlas_analysis_of_the_compiled_step(preset, context, micro, vocab, remat,
                                                                          logits_bytes, monkeypatch):

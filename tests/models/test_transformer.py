@@ -146,6 +146,7 @@ def test_the_fused_attention_path_computes_what_the_einsum_path_does(monkeypatch
     assert np.isfinite(got[2]).all()  # padding queries with nothing to attend to stay finite
 
 
+@pytest.mark.slow
 def test_long_sequences_attend_in_query_blocks_with_the_same_logits_gradients_and_less_memory(monkeypatch):
     """A full-sequence pass longer than ATTENTION_BLOCK (the learner on long episodes) scans query blocks,
     each block's mask rows built on the fly: logits and parameter gradients equal the dense path's, and the

@@ -94,7 +94,8 @@ def test_greedy_trajectories_are_identical(tiny_setup):
     assert leaf_paths(got) == leaf_paths(want)
 
 
-@pytest.mark.parametrize("batching", [Batching(keep_prefixes=False), Batching(chunk=3, slots=4, keep_prefixes=False)],
+@pytest.mark.parametrize("batching", [Batching(keep_prefixes=False),
+                                      pytest.param(Batching(chunk=3, slots=4, keep_prefixes=False), marks=pytest.mark.slow)],
                          ids=["synchronous", "continuous-4-slots"])
 def test_dropped_prefixes_are_prefilled_again_in_waves_with_the_same_trajectories(tiny_setup, synchronous, batching,
                                                                                    monkeypatch):

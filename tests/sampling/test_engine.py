@@ -68,6 +68,7 @@ def test_multi_turn_extend_continues_without_reprefill():
                                   [len(prompts[i]) + 20 + len(observations[i]) for i in range(3)])
 
 
+@pytest.mark.slow
 def test_extend_in_several_chunks_matches_one_pass():
     prompts = _prompts([3, 5])
     long_obs = _prompts([70, 33], seed=4)
