@@ -53,7 +53,8 @@ def test_a_token_budget_needs_a_positive_cap(bad, match):
         dataclasses.replace(TOKENS, **bad)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dapo", "treepo", "trace"])
+@pytest.mark.parametrize("name", ["grpo", pytest.param("dapo", marks=pytest.mark.slow), "treepo",
+                                  pytest.param("trace", marks=pytest.mark.slow)])  # trace: also test_stage2_prices_*
 def test_every_allocator_spends_the_token_cap_in_measured_tokens(tiny_setup, name):
     predictor = (SuccessPredictor(feature_width(tiny_setup.config.hidden_size), seed=0)
                  if allocation.uses_predictor(name) else None)

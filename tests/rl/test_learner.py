@@ -166,6 +166,7 @@ def test_a_non_finite_step_leaves_params_and_optimizer_state_unchanged(tiny_setu
     learner.require_finite(None, "no update")  # a step that trained nothing is fine
 
 
+@pytest.mark.slow
 def test_micro_batch_gradients_are_summed_in_float32_for_bf16_params(tiny_setup, rollouts):
     """Paper configs keep bf16 params and sum a step's gradient over many micro-batches: the sum is taken in
     float32 and rounded to bf16 once. 64 copies of one micro-batch: each copy's gradient is the single one's
