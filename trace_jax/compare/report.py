@@ -98,15 +98,20 @@ def contrast(steps: list[StepRecord]) -> dict:
 
     learned = [r.learner for r in steps if r.learner is not None]
     depths = [r.trees.anchor_depths for r in steps if r.trees.anchor_depths is not None]
-    histogram = np.zeros(max((len(d) for d in depths), default=0), int)
-    for d in depths:
-        histogram[: len(d)] += np.asarray(d, int)
     return {"prompts_trained": mean([r.trees.trees for r in steps]),
             **{k: mean([getattr(r.trees, k) for r in steps])
                for k in ("prompts_mixed", "root_groups_mixed", "branch_leaf_share", "nonzero_advantage_token_share")},
             **{k: mean([getattr(m, k) for m in learned]) for k in ("clip_fraction", "clip_fraction_last",
                                                                    "approx_kl_last", "updates")},
-            "anchor_depths": histogram.tolist() if depths else None}
+            "anchor_depths": summed_histogram(depths) if depths else None}
+
+
+def summed_histogram(histograms) -> list[int]:
+    """Histograms of different lengths (counts per anchor depth) summed bin by bin."""
+    total = np.zeros(max((len(h) for h in histograms), default=0), int)
+    for h in histograms:
+        total[: len(h)] += np.asarray(h, int)
+    return total.tolist()
 
 
 def contrast_markdown(runs: list[dict]) -> str:
@@ -122,8 +127,7 @@ def contrast_markdown(runs: list[dict]) -> str:
     for variant in dict.fromkeys(r["variant"] for r in runs):
         mine = [r for r in runs if r["variant"] == variant]
         depths = [r.get("anchor_depths") for r in mine if r.get("anchor_depths")]
-        width = max((len(d) for d in depths), default=0)
-        hist = np.sum([np.pad(np.asarray(d, int), (0, width - len(d))) for d in depths], axis=0).tolist() if depths else "n/a"
+        hist = summed_histogram(depths) if depths else "n/a"
         col = {k: [r.get(k) for r in mine] for k in CONTRAST}
         lines.append(f"| {variant} | {cell(col['prompts_trained'], '.2f')} | {cell(col['prompts_mixed'], '.2f')} | "
                      f"{cell(col['root_groups_mixed'], '.2f')} | {cell(col['branch_leaf_share'], '.3f')} | "

@@ -125,11 +125,10 @@ def build_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch
     if longest > length or len(built) > n or n % micro_batch:
         raise ValueError(f"{len(built)} sequences of up to {longest} tokens do not fit a batch of {n} rows x {length} "
                          f"tokens in micro-batches of {micro_batch}")
-    rows = built
     out = {"tokens": np.zeros((n, length), np.int32), "valid": np.zeros((n, length), bool),
            "targets": np.zeros((n, length), np.int32), "mask": np.zeros((n, length), bool),
            "advantages": np.zeros((n, length), np.float32), "old_logprobs": np.zeros((n, length), np.float32)}
-    for r, (ids, trained, adv, old) in enumerate(rows):
+    for r, (ids, trained, adv, old) in enumerate(built):
         L = len(ids)
         out["tokens"][r, :L] = ids
         out["valid"][r, :L] = True

@@ -67,15 +67,8 @@ def run(learn, params, opt_state, batches: list[dict[str, np.ndarray]], epochs: 
 
 
 def summarize(per_update: list[LearnerMetrics], epochs: int = 1) -> LearnerMetrics:
-    """Means over the updates (one update: its own figures), the last update's clip fraction, KL and
+    """Means over the updates (one update: its own figures, exactly), the last update's clip fraction, KL and
     gradient norm; trained tokens of one pass over the step's sequences."""
-    if len(per_update) == 1:
-        m = per_update[0]
-        return LearnerMetrics(loss=m.loss, clip_fraction=m.clip_fraction, approx_kl=m.approx_kl, entropy=m.entropy,
-                              grad_norm=m.grad_norm, trained_tokens=m.trained_tokens, updates=1,
-                              clip_fraction_last=m.clip_fraction, approx_kl_last=m.approx_kl,
-                              grad_norm_last=m.grad_norm)
-
     def mean(name):
         return float(np.mean([getattr(m, name) for m in per_update]))
 
