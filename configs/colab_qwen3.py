@@ -6,7 +6,7 @@ The notebook `notebooks/trace_qwen3_colab.ipynb` drives it; from a shell:
 train=/data/gsm8k/train.jsonl,test=/data/gsm8k/test.jsonl --workdir /tmp/trace_qwen3
 
 Files: a local HF directory (config.json, *.safetensors, tokenizer files with Qwen3's chat template)
-and GSM8K's released JSONL (`trace_jax.hub` fetches both). No SFT: the instruction-tuned checkpoint
+and GSM8K's released JSONL (`trace_jax.run.hub` fetches both). No SFT: the instruction-tuned checkpoint
 calls the calculator natively (`task.action_format="hermes"`), thinking off (`task.thinking=False`: short
 turns; Qwen3's reasoning blocks would not fit 384 new tokens per turn). One seed: a demonstration of the method on
 real weights, not a powered comparison (for that: `configs/compare_*.py:powered`).
@@ -14,7 +14,7 @@ real weights, not a powered comparison (for that: `configs/compare_*.py:powered`
 
 import ml_collections
 
-from trace_jax.config_files import config_args, default_config
+from trace_jax.config.files import config_args, default_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

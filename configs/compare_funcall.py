@@ -12,7 +12,7 @@ Expected runtime on a 2-core CPU: about 75-80 min from scratch (the 1600-step SF
 """
 
 from configs import compare_multihop, multihop_tiny, quickstart
-from trace_jax.config_files import config_args
+from trace_jax.config.files import config_args
 
 
 def get_config(arg: str | None = None):

@@ -25,8 +25,8 @@ import os
 import ml_collections
 
 from configs import quickstart
-from trace_jax.config_files import config_args
-from trace_jax.run_config import ConfigError
+from trace_jax.config.files import config_args
+from trace_jax.config.schema import ConfigError
 
 # `:mixed`: (the pool's hardest level, the warm start's hardest level) per source.
 MIXED_POOLS = {"multihop": (4, 2), "math": (5, 3)}

@@ -9,11 +9,11 @@ Expected runtime: under 10 minutes on a 2-core CPU. Switch the allocator with
 
 import ml_collections
 
-from trace_jax.config_files import config_args, default_config
+from trace_jax.config.files import config_args, default_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    """The library's defaults (`trace_jax/run_config.py` holds them); `runlocal` shrinks every stage."""
+    """The library's defaults (`trace_jax/config/schema.py` holds them); `runlocal` shrinks every stage."""
     args = config_args(arg, flags=("runlocal",), config="configs/quickstart.py")
     c = default_config()
     if args["runlocal"]:

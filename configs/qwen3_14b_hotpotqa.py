@@ -12,9 +12,9 @@ corpus JSONL (`{"id", "contents"}`) instead of the contexts. Native tool calls (
 Expected runtime at paper scale: hours on 16 accelerators.
 """
 
-from configs.qwen3_14b_multihop import on_16_devices
 from configs.qwen3_8b_multihop import paper_scale, runlocal
-from trace_jax.config_files import config_args
+from configs.qwen3_14b_multihop import on_16_devices
+from trace_jax.config.files import config_args
 
 
 def get_config(arg: str | None = None):

@@ -11,7 +11,7 @@ hours on 8 H100s.
 """
 
 from configs.qwen3_8b_multihop import paper_scale
-from trace_jax.config_files import config_args
+from trace_jax.config.files import config_args
 
 CATEGORIES = "simple_python,multiple,parallel,parallel_multiple,live_simple,live_multiple,irrelevance"
 

@@ -21,7 +21,7 @@ official backends, the checker's reward into the learner); it does not learn.
 """
 
 from configs.qwen3_8b_multihop import paper_scale, runlocal
-from trace_jax.config_files import config_args
+from trace_jax.config.files import config_args
 
 
 def get_config(arg: str | None = None):

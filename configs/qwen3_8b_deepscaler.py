@@ -13,7 +13,7 @@ Expected runtime at paper scale: hours on 8 H100s.
 """
 
 from configs.qwen3_8b_multihop import paper_scale, runlocal
-from trace_jax.config_files import config_args
+from trace_jax.config.files import config_args
 
 
 def get_config(arg: str | None = None):

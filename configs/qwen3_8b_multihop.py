@@ -11,7 +11,7 @@ configs/qwen3_8b_multihop.py --devices 8`: on 8 H100s or v5p yes (largest progra
 plan), on 8 v5e no (learner step 25.6 GiB; README, "Scaling out"). Expected runtime: hours on 8 H100s.
 """
 
-from trace_jax.config_files import config_args, default_config
+from trace_jax.config.files import config_args, default_config
 
 
 def paper_scale(checkpoint: str, size: str = "8b"):

@@ -14,7 +14,7 @@ Search-R1's own protocol (`format=search_r1`, the default: `<search>`, `<answer>
 """
 
 from configs.qwen3_8b_multihop import paper_scale
-from trace_jax.config_files import config_args
+from trace_jax.config.files import config_args
 
 
 def get_config(arg: str | None = None):

@@ -78,7 +78,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from trace_jax import run_config  # noqa: E402
+from trace_jax.config.files import from_config_dict  # noqa: E402
 from trace_jax.models.memory import GIB, estimate  # noqa: E402
 from trace_jax.models.presets import get_preset  # noqa: E402
 from trace_jax.models.transformer import num_params, param_shapes  # noqa: E402
@@ -201,7 +201,7 @@ def main():
     spec.loader.exec_module(module)
     config = module.get_config(arg or None)
     config.model.checkpoint = tempfile.mkdtemp()  # validated as a path only: shapes come from the preset, no weights
-    run = run_config.from_config_dict(config)
+    run = from_config_dict(config)
     model_config = get_preset(run.model.preset, param_dtype=run.model.param_dtype, dtype=run.model.dtype,
                               remat=run.learner.remat)
     mesh = make_mesh(run.mesh.data, run.mesh.fsdp, run.mesh.tensor)

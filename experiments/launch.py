@@ -1,6 +1,7 @@
 """Shared flags and start-up of the launchers (`train.py`, `sft.py`, `evaluate.py`, `compare.py`): parse the config,
-optionally join a multi-host run, call one `trace_jax.train` entry point, print its JSON summary."""
+optionally join a multi-host run, call one `trace_jax.run.train` entry point, print its JSON summary."""
 
+import importlib
 import json
 import os
 import sys
@@ -29,7 +30,8 @@ for _name in ("initialization_timeout", "heartbeat_timeout"):
 
 
 def run(entry_point) -> None:
-    """entry_point: the name of a `trace_jax.train` function, or a callable (config, workdir) -> dict."""
+    """entry_point: `"module.function"` of a `trace_jax.run` entry point (e.g. "train.train_and_evaluate"),
+    or a callable (config, workdir) -> dict."""
     def main(argv):
         del argv
         logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
@@ -43,8 +45,11 @@ def run(entry_point) -> None:
         elif any(v is not None for v in explicit):
             check_distributed(*explicit)  # named first when malformed
             raise app.UsageError("--coordinator_address/--num_processes/--process_id need --distributed")
-        from trace_jax import train
-        call = getattr(train, entry_point) if isinstance(entry_point, str) else entry_point
+        if isinstance(entry_point, str):
+            module, _, function = entry_point.partition(".")
+            call = getattr(importlib.import_module(f"trace_jax.run.{module}"), function)
+        else:
+            call = entry_point
         summary = call(FLAGS.config, FLAGS.workdir)
         if jax.process_index() == 0:
             print(json.dumps(summary))
@@ -63,7 +68,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
         config = _config_of(argv)
         bad = [a.split("=")[0] for a in argv[1:] if a.startswith("--config.")
                and not _has_path(config, a.split("=")[0][len("--config."):])]
-        sys.exit(f"unknown config field(s) {bad or e}: `python -c \"from trace_jax.config_files import default_config; "
+        sys.exit(f"unknown config field(s) {bad or e}: `python -c \"from trace_jax.config.files import default_config; "
                  f"print(default_config())\"` lists every field")
 
 

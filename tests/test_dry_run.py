@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from configs import qwen3_8b_multihop
-from trace_jax import run_config
+from trace_jax.config import schema
+from trace_jax.config.files import from_config_dict
 
 pytestmark = pytest.mark.slow  # the dry run compiles every paper program: `python -m pytest -m slow`
 
@@ -31,9 +32,9 @@ def test_a_micro_batch_the_mesh_cannot_split_is_named(tmp_path):
     (tmp_path / "ckpt").mkdir()
     c = qwen3_8b_multihop.get_config(f"checkpoint={tmp_path / 'ckpt'}")
     c.learner.micro_batch = 4
-    with pytest.raises(run_config.ConfigError, match=r"'learner\.micro_batch'=4 and 'mesh' \(data x fsdp = 8\) "
+    with pytest.raises(schema.ConfigError, match=r"'learner\.micro_batch'=4 and 'mesh' \(data x fsdp = 8\) "
                                                      r"conflict.*multiple of 8"):
-        run_config.from_config_dict(c)
+        from_config_dict(c)
 
 
 def test_decoding_in_waves_bounds_the_resident_sampler_states(tmp_path):
@@ -52,9 +53,9 @@ def test_decoding_in_waves_bounds_the_resident_sampler_states(tmp_path):
     c.mesh.update(data=1, fsdp=1, tensor=1)
     c.learner.micro_batch = 1
     c.rl.update(decode_chunk=16, decode_slots=64, keep_prefixes=True)
-    archived = run_config.from_config_dict(c)
+    archived = from_config_dict(c)
     c.rl.keep_prefixes = False
-    waves = run_config.from_config_dict(c)
+    waves = from_config_dict(c)
     mesh = make_mesh(1, 1, 1)
     model = get_preset(archived.model.preset, param_dtype=archived.model.param_dtype, dtype=archived.model.dtype)
     assert dry_run.decoding_rows(waves, mesh) == 64

@@ -4,7 +4,7 @@ import pytest
 
 from configs import quickstart
 from trace_jax.compare.audit import BudgetAuditError, audit
-from trace_jax.run_config import from_config_dict
+from trace_jax.config.files import from_config_dict
 from trace_jax.testing import step_record
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from configs import compare_multihop
 from trace_jax.compare import grid
-from trace_jax.run_config import ConfigError
+from trace_jax.config.schema import ConfigError
 
 
 def test_main_grid_is_every_allocator_times_every_seed():

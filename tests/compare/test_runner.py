@@ -104,9 +104,9 @@ def test_a_grid_resumes_from_its_results_directory_in_a_fresh_workdir(compared, 
         os.path.exists(os.path.join(results_dir, "shared", "eval", "step_0.json"))
     assert os.path.isdir(os.path.join(results_dir, "shared", "sft", "10")) and \
         os.path.exists(os.path.join(results_dir, "shared", "tokenizer", "tokenizer.json"))
-    from trace_jax import experiment, train
+    from trace_jax.run import sft, train
     monkeypatch.setattr(train, "train_and_evaluate", lambda *a, **k: pytest.fail("trained a stored run again"))
-    monkeypatch.setattr(experiment, "sft_step", lambda *a, **k: pytest.fail("redid the stored SFT"))
+    monkeypatch.setattr(sft, "sft_step", lambda *a, **k: pytest.fail("redid the stored SFT"))
     c = _config()
     c.compare.results = results_dir
     fresh = str(tmp_path / "fresh")
@@ -121,7 +121,7 @@ def test_a_grid_resumes_from_its_results_directory_in_a_fresh_workdir(compared, 
     with open(os.path.join(results_dir, "shared.json"), "w") as f:
         json.dump({**shared, "sft_digest": "0" * 64}, f)
     try:
-        from trace_jax.run_config import ConfigError
+        from trace_jax.config.schema import ConfigError
         with pytest.raises(ConfigError, match="started from SFT params with digest 0000000000000000"):
             run_comparison(c, fresh, report_only=True)
     finally:

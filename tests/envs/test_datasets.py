@@ -12,12 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from configs import quickstart
-from trace_jax import train
+from trace_jax.config.files import from_config_dict
+from trace_jax.config.schema import ConfigError
 from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.protocol import Task
 from trace_jax.envs.tasks.datasets import DATASETS
-from trace_jax.records import read_steps
-from trace_jax.run_config import ConfigError, from_config_dict
+from trace_jax.run import train
+from trace_jax.run.records import read_steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAMES = ["Ada", "Bo", "Cyra", "Dev", "Esme", "Finn", "Gia", "Hugo", "Iris", "Jonas", "Kai", "Lena"]
@@ -146,7 +147,7 @@ def test_2wikimultihopqa_rows_load_as_hotpotqa_and_their_oracle_succeeds(tmp_pat
 
 
 def test_hotpotqa_scores_exact_match_or_token_f1_at_the_configured_threshold(files, tmp_path):
-    from trace_jax import experiment
+    from trace_jax.run import experiment
     task = Task(id="t", question="q", answers=("the Eiffel Tower",))
     c = _config("hotpotqa", files["hotpotqa"])
     _, em_only = experiment._world(from_config_dict(c).task)

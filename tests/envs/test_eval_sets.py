@@ -78,7 +78,7 @@ def test_split_eval_set_is_the_split():
 
 @pytest.mark.slow
 def test_grouped_outcomes_equal_each_group_alone(tiny_setup):
-    from trace_jax.evaluation import grouped_outcomes, task_outcomes
+    from trace_jax.run.evaluation import grouped_outcomes, task_outcomes
     source = tiny_setup.source
     make = lambda seed: (type(source)(seed, num_questions=40), tiny_setup.env)  # noqa: E731
     groups = separate_eval_set(make, source, 50, seed=0)

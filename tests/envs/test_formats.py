@@ -140,7 +140,7 @@ def test_hermes_needs_a_template_with_tools(tmp_path):
 @pytest.mark.slow
 def test_two_rl_steps_with_hermes_on_a_qwen3_style_template(qwen3_tokenizer_dir, tmp_path):
     from configs import quickstart
-    from trace_jax import train
+    from trace_jax.run import train
     c = quickstart.get_config("runlocal")
     c.task.source, c.task.action_format = "math", "hermes"
     c.model.tokenizer = qwen3_tokenizer_dir
@@ -186,8 +186,8 @@ def test_search_r1_renders_results_in_the_stream_and_turns_without_an_end_token(
 
 def test_search_r1_needs_a_search_tool(tmp_path):
     from configs import quickstart
-    from trace_jax import experiment
-    from trace_jax.run_config import ConfigError
+    from trace_jax.config.schema import ConfigError
+    from trace_jax.run import experiment
     c = quickstart.get_config("runlocal")
     c.task.source, c.task.action_format = "math", "search_r1"
     with pytest.raises(ConfigError, match=r"written for the tool\(s\) \['search'\], which task.source='math'"):
@@ -197,9 +197,9 @@ def test_search_r1_needs_a_search_tool(tmp_path):
 @pytest.mark.slow
 def test_two_rl_steps_with_search_r1_and_every_kept_turn_ends_at_its_stop_string(tmp_path):
     from configs import quickstart
-    from trace_jax import experiment, train
     from trace_jax.envs.formats import cut_at_stop
     from trace_jax.rollout.agent_loop import RolloutEngine
+    from trace_jax.run import experiment, train
     c = quickstart.get_config("runlocal")
     c.task.action_format = "search_r1"
     c.sft.steps, c.sft.num_demos, c.sft.batch_size = 30, 32, 8

@@ -8,12 +8,12 @@ import examples.rloo_advantage  # noqa: F401  (registers advantage.name="rloo")
 import examples.uncertainty_allocator  # noqa: F401  (registers allocator.name="uncertainty")
 import examples.xml_format  # noqa: F401  (registers task.action_format="xml")
 from configs import compare_multihop, quickstart
-from trace_jax import train
 from trace_jax.envs import SOURCES
 from trace_jax.envs.formats import FORMATS
 from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.protocol import Limits
 from trace_jax.rl.advantages import AdvantageConfig, estimate
+from trace_jax.run import train
 
 
 def _tiny(c):
@@ -41,7 +41,7 @@ def test_the_allocator_checkpoints_its_counts_and_resumes(tmp_path):
     c = _tiny(quickstart.get_config("runlocal"))
     c.allocator.name = "uncertainty"
     first = train.train_and_evaluate(c, str(tmp_path))
-    from trace_jax.checkpointing import Checkpointer
+    from trace_jax.run.checkpointing import Checkpointer
     chosen = Checkpointer(str(tmp_path / "checkpoints")).read_record(2)["allocator"]["chosen"]
     assert sum(chosen.values()) == 2 * 2  # B prompts per step, counted in the checkpointed host state
     c.rl.steps = 3

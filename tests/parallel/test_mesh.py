@@ -36,7 +36,7 @@ def test_a_mesh_larger_than_the_devices_is_named():
 
 
 def test_loading_a_config_leaves_the_backend_unstarted():
-    code = ("import jax._src.xla_bridge as xb, configs.quickstart, trace_jax.train, trace_jax.envs; "
+    code = ("import jax._src.xla_bridge as xb, configs.quickstart, trace_jax.run.train, trace_jax.envs; "
             "configs.quickstart.get_config(); print(xb.backends_are_initialized())")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr[-1500:]

@@ -77,7 +77,7 @@ def test_continuous_batching_samples_the_synchronous_loops_trajectories(tiny_set
         for node in tree.nodes:
             if tree.is_anchor(node.id):
                 ref = engine.prefix_of(tree, node.id)
-                row = np.asarray(engine._states[ref.state].tokens[ref.row, :ref.length])
+                row = np.asarray(engine.prefixes.states[ref.state].tokens[ref.row, :ref.length])
                 assert row.tolist() == tree.context(node.id)
     lengths = {len(n.tokens) for t in want_trees for n in t.nodes[1:]}
     assert len(lengths) > 3, f"turns of mixed lengths expected, got {lengths}"
@@ -119,7 +119,7 @@ def test_dropped_prefixes_are_prefilled_again_in_waves_with_the_same_trajectorie
     assert engine.ledger.tokens_prefilled == engine_kept.ledger.tokens_prefilled + contexts
     assert dataclasses.replace(engine.ledger, tokens_prefilled=0, tokens_reprefilled=0) == dataclasses.replace(
         engine_kept.ledger, tokens_prefilled=0)
-    assert engine._states == {}, "no sampler state outlives the call that made it"
+    assert engine.prefixes.states == {}, "no sampler state outlives the call that made it"
     waves = prefilled[1:]  # prefilled[0]: the prompts (`roots`); then stage 1's 3 roots, then stage 2's anchors
     assert waves[0] == 3 and sum(waves[1:]) == anchors
     if batching.slots:
@@ -140,7 +140,7 @@ def test_prompts_are_prefilled_in_waves_when_no_state_is_kept(tiny_setup, monkey
     engine = RolloutEngine(_policy(tiny_setup, Batching(chunk=3, slots=2, keep_prefixes=False), 1.0), tiny_setup.env,
                            seed=0)
     got = engine.roots(tasks)
-    assert prefilled == [2, 1] and engine._states == {}
+    assert prefilled == [2, 1] and engine.prefixes.states == {}
     for g, w in zip(got, want):
         assert g.root.prefix_length == w.root.prefix_length
         np.testing.assert_allclose(g.root.hidden, w.root.hidden, atol=1e-5)

@@ -9,8 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trace_jax.allocation.base import ALLOCATORS, Allocator, AllocatorConfig, StepOutcome, sample_roots
-from trace_jax.allocation.base import spend_leftover
+from trace_jax.allocation.base import ALLOCATORS, Allocator, AllocatorConfig, StepOutcome, sample_roots, spend_leftover
 from trace_jax.allocation.budget import spread
 from trace_jax.rollout.tree import RolloutTree
 

@@ -12,9 +12,9 @@ run's total is within TOKEN_TOLERANCE (one step's cap) of s x budget.tokens (dap
 from __future__ import annotations
 
 from trace_jax.allocation.budget import BudgetConfig
-from trace_jax.records import StepRecord
+from trace_jax.config.schema import RunConfig
 from trace_jax.rollout.tree import Ledger
-from trace_jax.run_config import RunConfig
+from trace_jax.run.records import StepRecord
 
 # Of one step's budget.tokens: how far the running total may drift from s x tokens. The meter's first
 # step plans with budget.tokens / budget.rollouts per rollout; an allocator whose rollouts cost 1.5x

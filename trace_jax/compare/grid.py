@@ -8,9 +8,10 @@ import copy
 import dataclasses
 import itertools
 
-from trace_jax import run_config
 from trace_jax.allocation import ALLOCATORS, default_advantage
 from trace_jax.allocation.predictor import FEATURIZERS
+from trace_jax.config import schema
+from trace_jax.config.files import from_config_dict
 
 ALL_ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_branch", "trace")
 # Random anchors per step the paper-mode arm holds out of its choice (one continuation each), so its
@@ -169,7 +170,7 @@ def split_config(config) -> tuple[CompareSection, dict]:
     fields = {f.name for f in dataclasses.fields(CompareSection)}
     for key in given:
         if key not in fields:
-            raise run_config.ConfigError(f"config field 'compare.{key}' does not exist; compare has {sorted(fields)}")
+            raise schema.ConfigError(f"config field 'compare.{key}' does not exist; compare has {sorted(fields)}")
     for key in ("allocators", "seeds", "primary_seeds"):
         if key in given:
             given[key] = tuple(given[key])
@@ -179,7 +180,7 @@ def split_config(config) -> tuple[CompareSection, dict]:
     try:
         return CompareSection(**given), raw
     except (ValueError, TypeError) as e:
-        raise run_config.ConfigError(f"config section 'compare': {e}") from None
+        raise schema.ConfigError(f"config section 'compare': {e}") from None
 
 
 def _flat(sections: dict) -> dict[str, object]:
@@ -241,7 +242,7 @@ def run_config_dict(base: dict, variant: Variant, seed: int) -> dict:
     return out
 
 
-def mechanism_variants(base: dict, compare: CompareSection) -> list[tuple[str, run_config.RunConfig]]:
+def mechanism_variants(base: dict, compare: CompareSection) -> list[tuple[str, schema.RunConfig]]:
     """The mechanism study's (name, run config): the comparison's variants (plus TRACE's stage-2 modes in
     the main comparison), every TRACE variant holding out `mechanism_holdout` anchors, first seed."""
     chosen = variants(compare) + ([] if compare.ablation else [Variant(n, o) for n, o in MECHANISM_EXTRA.items()])
@@ -253,9 +254,9 @@ def mechanism_variants(base: dict, compare: CompareSection) -> list[tuple[str, r
         if compare.mechanism_advantage and "advantage.name" not in variant.overrides:
             config.setdefault("advantage", {})["name"] = compare.mechanism_advantage
         try:
-            out.append((variant.name, run_config.from_config_dict(config)))
-        except run_config.ConfigError as e:
-            raise run_config.ConfigError(f"mechanism variant {variant.name!r}: {e}") from None
+            out.append((variant.name, from_config_dict(config)))
+        except schema.ConfigError as e:
+            raise schema.ConfigError(f"mechanism variant {variant.name!r}: {e}") from None
     return out
 
 
@@ -266,7 +267,7 @@ def seeds_of(variant: Variant, compare: CompareSection) -> tuple[int, ...]:
     return compare.seeds
 
 
-def validate(base: dict, compare: CompareSection) -> list[tuple[Variant, int, run_config.RunConfig]]:
+def validate(base: dict, compare: CompareSection) -> list[tuple[Variant, int, schema.RunConfig]]:
     """Every run of the grid as a validated RunConfig (fails before compute, naming the variant), seed by
     seed: a grid stopped part way has every variant on its first seeds."""
     runs = []
@@ -276,7 +277,7 @@ def validate(base: dict, compare: CompareSection) -> list[tuple[Variant, int, ru
             if seed not in seeds_of(variant, compare):
                 continue
             try:
-                runs.append((variant, seed, run_config.from_config_dict(run_config_dict(base, variant, seed))))
-            except run_config.ConfigError as e:
-                raise run_config.ConfigError(f"comparison variant {variant.name!r}, seed {seed}: {e}") from None
+                runs.append((variant, seed, from_config_dict(run_config_dict(base, variant, seed))))
+            except schema.ConfigError as e:
+                raise schema.ConfigError(f"comparison variant {variant.name!r}, seed {seed}: {e}") from None
     return runs

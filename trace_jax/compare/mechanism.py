@@ -28,12 +28,12 @@ from trace_jax.allocation.base import sample_roots
 from trace_jax.allocation.calibration import auc
 from trace_jax.compare.audit import audit_cost
 from trace_jax.compare.store import cached
-from trace_jax.experiment import derive_seed, log, train_tasks
+from trace_jax.config.schema import SFT_SETTINGS, settings
 from trace_jax.rl import learner
 from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import Ledger, step_statistics
-from trace_jax.run_config import SFT_SETTINGS, settings
+from trace_jax.run.experiment import derive_seed, log, train_tasks
 
 
 def _gradient(setup, run, params, trees, advantage) -> np.ndarray | None:
@@ -90,7 +90,7 @@ def _interval(x: list[float]) -> dict:
 
 def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed: int) -> dict:
     """`steps` frozen-policy allocation steps of one variant (its config `run`) against `reference`."""
-    from trace_jax.train import make_allocator  # the trainer's way of building the configured allocator
+    from trace_jax.run.train import make_allocator  # the trainer's way of building the configured allocator
 
     setup = dataclasses.replace(setup, run=run)
     policy, tasks = setup.policy(params), train_tasks(setup)

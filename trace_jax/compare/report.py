@@ -10,8 +10,8 @@ import os
 import numpy as np
 from scipy import stats as scipy_stats
 
-from trace_jax.records import StepRecord
 from trace_jax.rollout.tree import Ledger
+from trace_jax.run.records import StepRecord
 
 
 def mean_ci95(values) -> dict[str, float | None]:

@@ -23,7 +23,7 @@ import shutil
 import jax
 import numpy as np
 
-from trace_jax.run_config import ConfigError
+from trace_jax.config.schema import ConfigError
 
 RUN_FILES = ("summary.json", "steps.jsonl", "metrics.jsonl")
 

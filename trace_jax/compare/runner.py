@@ -20,27 +20,28 @@ import time
 import jax
 import numpy as np
 
-from trace_jax import experiment, run_config, train
-from trace_jax.checkpointing import Checkpointer
 from trace_jax.allocation.predictor import FEATURIZERS
 from trace_jax.compare import audit, curves, generalization, grid, mechanism, report, results_store
 from trace_jax.compare.store import cached
-from trace_jax.evaluation import read_outcomes
-from trace_jax.metrics import MetricWriter, read_metrics
-from trace_jax.records import read_steps
-from trace_jax.stopping import RunInterrupted
-from trace_jax.workdir_lock import holds_workdir
+from trace_jax.config import schema
+from trace_jax.config.files import from_config_dict
+from trace_jax.run import evaluation, experiment, sft, train
+from trace_jax.run.checkpointing import Checkpointer
+from trace_jax.run.metrics import MetricWriter, read_metrics
+from trace_jax.run.records import read_steps
+from trace_jax.run.stopping import RunInterrupted
+from trace_jax.run.workdir_lock import holds_workdir
 
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name).strip("_")
 
 
-def _run_dir(workdir: str, variant: str, seed: int, run: run_config.RunConfig) -> str:
+def _run_dir(workdir: str, variant: str, seed: int, run: schema.RunConfig) -> str:
     """`runs/<variant>/seed<k>-<hash of the run's settings>`: a run is read back or resumed only under
     the settings it ran under, so `:runlocal` and the full comparison can share one workdir (and its
     SFT checkpoint), and changing a setting reruns instead of reporting a stale result."""
-    digest = hashlib.sha256(json.dumps(run_config.settings(run), sort_keys=True).encode()).hexdigest()[:8]
+    digest = hashlib.sha256(json.dumps(schema.settings(run), sort_keys=True).encode()).hexdigest()[:8]
     return os.path.join(workdir, "runs", _slug(variant), f"seed{seed}-{digest}")
 
 
@@ -76,7 +77,7 @@ def _token_cap(setup, params, compare: grid.CompareSection, shared: str) -> int:
     b = setup.run.budget
     key = dict(rollouts=compare.token_calibration, budget=dataclasses.asdict(b), seed=setup.run.seed,
                sampling=[setup.run.rl.temperature, setup.run.rl.top_p, setup.run.rl.max_new_tokens],
-               sft=run_config.settings(setup.run, run_config.SFT_SETTINGS))
+               sft=schema.settings(setup.run, schema.SFT_SETTINGS))
     measured = cached(os.path.join(shared, "token_cap.json"), key, lambda: mechanism.uniform_cost(
         setup, params, rollouts=compare.token_calibration, seed=setup.run.seed))
     cap = int(round(b.rollouts * measured["cost_per_rollout"]))
@@ -107,7 +108,7 @@ def _mid_rl_policy(base: dict, compare: grid.CompareSection, workdir: str, after
     config = grid.run_config_dict(base, grid.Variant("grpo", {"allocator.name": "grpo"}), compare.seeds[0])
     config["budget"].update(unit="rollouts", tokens=0)
     config["rl"].update(steps=compare.mechanism_rl_steps, eval_every=0)
-    run = run_config.from_config_dict(config)
+    run = from_config_dict(config)
     run_dir = _run_dir(workdir, "mechanism-policy-grpo", compare.seeds[0], run)
     experiment.banner(f"mechanism policy: GRPO, {run.rl.steps} RL steps from the SFT checkpoint")
     _link_shared(os.path.join(workdir, "shared"), run_dir)
@@ -147,7 +148,7 @@ def _mechanism(setup, params, base: dict, compare: grid.CompareSection, workdir:
                                      for k in ("predictor", "beta")}
     headline = mechanism.headline(result)
     if jax.process_index() == 0:
-        budget = run_config.from_config_dict(base).budget
+        budget = from_config_dict(base).budget
         with open(os.path.join(workdir, f"mechanism{suffix}.json"), "w", encoding="utf-8") as f:
             json.dump({"compare": dataclasses.asdict(compare), "task": setup.run.task.source,
                        "budget": dataclasses.asdict(budget), **result}, f, indent=1)
@@ -172,10 +173,10 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     try:
         compare = dataclasses.replace(compare, **overrides)
     except ValueError as e:
-        raise run_config.ConfigError(f"comparison flags: {e}") from None
+        raise schema.ConfigError(f"comparison flags: {e}") from None
     # every run's config, before any compute (the tokens framing's measured cap is a placeholder here)
     runs = grid.validate(grid.framed(base, compare, compare.tokens or 1), compare)
-    base_run = run_config.from_config_dict(base)
+    base_run = from_config_dict(base)
     if compare.study:
         experiment.log(f"{compare.study} study (no training) on the shared SFT checkpoint, budget {base_run.budget}")
     else:
@@ -194,16 +195,16 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
         experiment.log(f"SFT checkpoint and tokenizer copied from {compare.results}/shared")
     setup = experiment.build(base_run, shared)
     try:
-        params = experiment.warm_start(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
+        params = sft.warm_start(setup, shared, MetricWriter(shared, enabled=jax.process_index() == 0))
     except RunInterrupted as e:
         experiment.log(f"{e}; run the same command again to resume")
         return {"interrupted": True, "finished_runs": 0}
-    sft_settings = run_config.settings(base_run, run_config.SFT_SETTINGS)
+    sft_settings = schema.settings(base_run, schema.SFT_SETTINGS)
     after_sft = cached(os.path.join(shared, "after_sft.json"), dict(eval=dataclasses.asdict(base_run.eval),
                                                                       sft=sft_settings),
-                        lambda: experiment.held_out(setup, params,
+                        lambda: evaluation.held_out(setup, params,
                                                     outcomes_path=os.path.join(shared, "eval", "step_0.json")))
-    experiment.log_after_sft(after_sft, base_run)
+    sft.log_after_sft(after_sft, base_run)
     if compare.results:
         results_store.check_shared(compare.results, shared, digest=results_store.params_digest(params),
                                    sft_settings=sft_settings, after_sft=after_sft)
@@ -272,7 +273,7 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
                                          after_sft["accuracy"], ledger, after_sft_sampled=after_sft))
         final = os.path.join(run_dir, "eval", f"step_{run.rl.steps}.json")
         if os.path.exists(final):  # runs from before per-task outcomes were kept have none
-            for kind, o in read_outcomes(final).items():
+            for kind, o in evaluation.read_outcomes(final).items():
                 outcomes[kind].setdefault(variant.name, {})[seed] = np.asarray(o.successes, float) / o.k
                 levels.setdefault(kind, np.asarray(o.difficulty))
 

@@ -18,13 +18,29 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from trace_jax.envs.react import Action, ParseError, format_action, parse_action
 from trace_jax.envs.tools.functions import CallError, parse_call
 
-if TYPE_CHECKING:
-    from trace_jax.envs.protocol import Env, Task
+Task = Any  # an env's task (`protocol.Task`), passed through to the env's own methods
+
+
+class Env(Protocol):
+    """What a format reads of its env (`protocol.Env` has all of it); formats depend on this, not on
+    `protocol.py`, so the env can hold its format without an import circle."""
+
+    tools: tuple[str, ...]
+    max_action_chars: int
+
+    @property
+    def TOOL_PARAMETERS(self) -> dict[str, str]: ...  # noqa: N802
+
+    def system_prompt(self, task: Task) -> str: ...
+
+    def instructions(self, task: Task) -> str: ...
+
+    def tool_schemas(self, task: Task) -> list[dict]: ...
 
 
 def tag_blocks(text: str, tag: str) -> list[tuple[int, int]]:

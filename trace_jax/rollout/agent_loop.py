@@ -4,8 +4,9 @@
 rows, cut back to their turn boundaries, so no history is ever re-prefilled) or decode (later
 turns), step the environments (the whole batch's parsing and tool calls on the host, new turn
 nodes in the trees), extend (one chunked prefill of the observations); until every branch is
-terminal. Trees hold data only; where each anchor's prefix lives (`PrefixRef`) and its forkable
-episode are the engine's table. Every token generated or prefilled and every tool call goes into
+terminal. With `Batching.chunk > 0` the continuous scheduler (`continuous.py`) runs the same phases
+per slot through the engine's public pieces (`prefixes`, `step_envs`, `row_ids`, `count_*`). Trees hold
+data only; where each anchor's prefix lives and its forkable episode are the engine's `PrefixTable`. Every token generated or prefilled and every tool call goes into
 the step's `Ledger`; every error observation (malformed action, tool error) into `tool_errors`.
 """
 
@@ -24,11 +25,12 @@ from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
 from trace_jax.parallel.host import to_host
 from trace_jax.rollout.continuous import Batching, run_continuous
+from trace_jax.rollout.prefixes import PrefixRef, PrefixTable
 from trace_jax.rollout.tree import Ledger, Node, RolloutTree
 from trace_jax.rollout.turns import run_turns, tokens_to_stop, turn_sampling
 from trace_jax.sampling import SamplingParams, decode, extend, start, tree_expand, truncate
 from trace_jax.sampling.fork import concat_states, merged_row, plan_fork
-from trace_jax.sampling.state import SamplerState, mesh_of, row_processes
+from trace_jax.sampling.state import mesh_of, row_processes
 
 # Row id of a branch's turn = branch uid * TURN_STRIDE + turn: every turn of every branch draws its own
 # sampling keys. So an episode has at most MAX_TURNS turns (run_config checks task.max_turns).
@@ -46,21 +48,6 @@ class Policy:
     sampling: SamplingParams
     renderer: ReactRenderer
     batching: Batching = Batching()
-
-
-@dataclasses.dataclass(frozen=True)
-class PrefixRef:
-    """Where an anchor's prefix lives: the first `length` slots of row `row` of engine state `state`."""
-
-    state: int
-    row: int
-    length: int
-
-
-@dataclasses.dataclass(frozen=True)
-class _AnchorHandle:
-    prefix: PrefixRef
-    episode: Episode  # the env episode at the boundary (forked per continuation)
 
 
 @dataclasses.dataclass
@@ -87,9 +74,7 @@ class RolloutEngine:
         self.turns_by_process = [0] * jax.process_count()  # env turns (parse, tool, score) each process ran
         self.decode_slot_steps = 0  # rows x decode steps computed (padding and finished rows included)
         self.decode_tokens = 0  # of which sampled a token of a live turn
-        self._states: dict[int, SamplerState] = {}
-        self._next_state = 0
-        self._anchors: dict[RolloutTree, dict[int, _AnchorHandle]] = {}  # tree -> node id -> handle
+        self.prefixes = PrefixTable()
         self._uid = 0
 
     def roots(self, tasks: Sequence[Task]) -> list[RolloutTree]:
@@ -106,14 +91,14 @@ class RolloutEngine:
             state = start(p.config, p.params, chunk, reserve=p.sampling.max_new_tokens)
             for out, got in zip((hidden, pooled, lengths), to_host((state.hidden, state.pooled, state.cache.lengths))):
                 out.extend(np.asarray(got)[:len(chunk)])
-        sid = self._store(state) if p.batching.keep_prefixes else self._reserve_state()  # kept: the one wave
+        sid = self.prefixes.store(state) if p.batching.keep_prefixes else self.prefixes.reserve()  # kept: the one wave
         self.ledger.tokens_prefilled += sum(map(len, prompts))
         trees = []
         for row, (task, prompt) in enumerate(zip(tasks, prompts)):
             tree = RolloutTree(task, prompt)
             tree.mark_anchor(0, prefix_length=int(lengths[row]), hidden=np.asarray(hidden[row]))
             tree.root.prompt_mean = np.asarray(pooled[row] / max(int(lengths[row]), 1), np.float32)
-            self._anchors[tree] = {0: _AnchorHandle(PrefixRef(sid, row, int(lengths[row])), self.env.start(task))}
+            self.prefixes.add_root(tree, sid, row, int(lengths[row]), self.env.start(task))
             trees.append(tree)
         return trees
 
@@ -127,7 +112,7 @@ class RolloutEngine:
         for wave in self._waves(trees, anchors):
             sid = self._reprefill(trees, wave)
             leaves += self._expand(trees, wave)
-            self._states.pop(sid, None)
+            self.prefixes.states.pop(sid, None)
         return leaves
 
     def _expand(self, trees, anchors) -> list[tuple[int, int]]:
@@ -140,12 +125,12 @@ class RolloutEngine:
         if self.policy.batching.chunk:
             run_continuous(self, trees, branches, sources, leaves)
             return leaves
-        sid = self._reserve_state()  # where these branches' state is stored once they all finished
+        sid = self.prefixes.reserve()  # where these branches' state is stored once they all finished
         gen, state, rows = self._fork(trees, branches, sources)  # branch i lives in state row rows[i]
         owners = row_processes(state.batch_size, mesh_of(state))[np.asarray(rows, np.int64)]
         live = [True] * len(branches)
         while True:
-            observations, boundaries, dropped = self._step_envs(trees, branches, gen, live, leaves, owners)
+            observations, boundaries, dropped = self.step_envs(trees, branches, gen, live, leaves, owners)
             if not any(live):
                 break
             if dropped:  # turns cut at a stop string: the state forgets the tokens sampled after it
@@ -155,35 +140,31 @@ class RolloutEngine:
                 state = truncate(self.policy.config, self.policy.params, state, lengths.tolist())
             state = self._extend(trees, branches, rows, state, observations, boundaries, sid)
             row_ids, active = np.zeros(state.batch_size, np.int64), np.zeros(state.batch_size, bool)
-            row_ids[rows], active[rows] = self._row_ids(branches, trees), live
+            row_ids[rows], active[rows] = self.row_ids(branches, trees), live
             gen, state = decode(self.policy.config, self.policy.params, state, self.policy.sampling, seed=self.seed,
                                 row_ids=row_ids.tolist(), active=active)
-            self._count_decode(gen, state.batch_size)
+            self.count_decode(gen, state.batch_size)
             gen = gen.take(rows)
         if self.policy.batching.keep_prefixes:
-            self._states[sid] = state
+            self.prefixes.states[sid] = state
         return leaves
 
     def episode_at(self, tree: RolloutTree, node_id: int) -> Episode:
         """The env episode kept at an anchor (read-only use: continuations fork it)."""
-        return self._anchors[tree][node_id].episode
+        return self.prefixes.handle(tree, node_id).episode
 
     def prefix_of(self, tree: RolloutTree, node_id: int) -> PrefixRef:
         """Where an anchor's prefix lives in this engine's sampler states."""
-        return self._anchors[tree][node_id].prefix
+        return self.prefixes.handle(tree, node_id).prefix
 
     # --- phases of `expand` ---------------------------------------------------------------------
-
-    def _dropped(self, tree: RolloutTree, node_id: int) -> bool:
-        handle = self._anchors.get(tree, {}).get(node_id)
-        return handle is not None and handle.prefix.state not in self._states
 
     def _waves(self, trees, anchors):
         """`anchors` in order, cut where a wave would hold more than `slots` anchors to prefill again."""
         limit, wave, dropped = self.policy.batching.slots, [], set()
         for anchor in anchors:
             key = (anchor[0], anchor[1])
-            if self._dropped(trees[anchor[0]], anchor[1]) and key not in dropped:
+            if self.prefixes.dropped(trees[anchor[0]], anchor[1]) and key not in dropped:
                 if limit and len(dropped) == limit:
                     yield wave
                     wave, dropped = [], set()
@@ -195,18 +176,18 @@ class RolloutEngine:
     def _reprefill(self, trees, anchors) -> int | None:
         """Prefills the prefixes of `anchors` whose rows were dropped into one new state (their handles
         re-pointed there); returns its id (None when none was dropped). Counted as prefill and re-prefill."""
-        dropped = list(dict.fromkeys((trees[t], n) for t, n, _ in anchors if self._dropped(trees[t], n)))
+        dropped = list(dict.fromkeys((trees[t], n) for t, n, _ in anchors if self.prefixes.dropped(trees[t], n)))
         if not dropped:
             return None
         p = self.policy
         contexts = [tree.context(n) for tree, n in dropped]
         state = start(p.config, p.params, contexts, reserve=p.sampling.max_new_tokens)
-        sid = self._store(state)
+        sid = self.prefixes.store(state)
         for row, ((tree, n), context) in enumerate(zip(dropped, contexts)):
-            if len(context) != self._anchors[tree][n].prefix.length:
+            if len(context) != self.prefix_of(tree, n).length:
                 raise AssertionError(f"anchor {n}: its context has {len(context)} tokens, its prefix "
-                                     f"{self._anchors[tree][n].prefix.length}")
-            self._repoint(tree, n, sid, row)
+                                     f"{self.prefix_of(tree, n).length}")
+            self.prefixes.repoint(tree, n, sid, row)
         self.ledger.tokens_prefilled += sum(map(len, contexts))
         self.ledger.tokens_reprefilled += sum(map(len, contexts))
         return sid
@@ -215,7 +196,7 @@ class RolloutEngine:
         branches, sources = [], []
         for tree_index, node_id, k in anchors:
             tree = trees[tree_index]
-            handle = self._anchors.get(tree, {}).get(node_id)
+            handle = self.prefixes.handle(tree, node_id)
             if handle is None or not tree.is_anchor(node_id):
                 raise ValueError(f"tree {tree_index} node {node_id} is not an anchor (terminal or never decoded)")
             tree.nodes[node_id].expanded += k
@@ -231,19 +212,21 @@ class RolloutEngine:
         shard where the row bucket allows; the others are counted in `cross_shard_rows`)."""
         p = self.policy
         used = sorted({ref.state for ref in sources})
-        merged, offsets = concat_states([self._states[s] for s in used])
+        merged, offsets = concat_states([self.prefixes.states[s] for s in used])
         offset, mesh = dict(zip(used, offsets)), mesh_of(merged)
-        parents = [merged_row(offset[r.state], r.row, self._states[r.state].batch_size, merged.batch_size, mesh)
-                   for r in sources]
+        parents = [merged_row(offset[r.state], r.row, self.prefixes.states[r.state].batch_size, merged.batch_size,
+                              mesh) for r in sources]
         plan = plan_fork(parents, merged.batch_size, mesh)
-        self._placed(plan.rows, len(plan.source), mesh, cross_shard=plan.cross_shard)
+        self.count_placed(plan.rows, len(plan.source), mesh, cross_shard=plan.cross_shard)
         gen, state = tree_expand(p.config, p.params, merged, parents, p.sampling, seed=self.seed,
-                                 row_ids=self._row_ids(branches, trees), fork_lengths=[r.length for r in sources],
+                                 row_ids=self.row_ids(branches, trees), fork_lengths=[r.length for r in sources],
                                  plan=plan)
-        self._count_decode(gen, state.batch_size)
+        self.count_decode(gen, state.batch_size)
         return gen, state, plan.rows
 
-    def _step_envs(self, trees, branches, gen, live, leaves, owners):
+    # --- the pieces both schedulers run (`continuous.py` calls them per slot) ----------------------
+
+    def step_envs(self, trees, branches, gen, live, leaves, owners):
         """Parses every live branch's new turn, runs its tool, adds its node; returns the observation
         ids per branch ([] when none) and the nodes that became turn boundaries. `owners[i]`: the process
         whose devices decoded branch i; only it runs the turn (`turns.run_turns`)."""
@@ -298,43 +281,21 @@ class RolloutEngine:
         hidden, lengths = to_host((state.hidden, state.cache.lengths))
         for i, node in boundaries.items():
             row = int(rows[i])
-            self._anchor(trees[branches[i].tree], node, sid, row, int(lengths[row]), np.asarray(hidden[row]),
-                         branches[i].episode)
+            self.prefixes.anchor(trees[branches[i].tree], node.id, sid, row, int(lengths[row]),
+                                 np.asarray(hidden[row]), branches[i].episode)
         return state
 
-    # --- bookkeeping shared with the continuous loop (`continuous.py`) ----------------------------
-
-    def _anchor(self, tree: RolloutTree, node: Node, sid: int, row: int, length: int, hidden: np.ndarray,
-                episode: Episode) -> None:
-        """A new turn boundary: the tree records its prefix length and hidden state; the engine where the
-        prefix lives (row `row` of state `sid`) and a fork of the episode at that boundary."""
-        tree.mark_anchor(node.id, prefix_length=length, hidden=hidden)
-        self._anchors[tree][node.id] = _AnchorHandle(PrefixRef(sid, row, length), episode.fork())
-
-    def _repoint(self, tree: RolloutTree, node_id: int, sid: int, row: int) -> None:
-        """The anchor's prefix moved to row `row` of state `sid` (a slot's row archived before reuse)."""
-        handle = self._anchors[tree][node_id]
-        self._anchors[tree][node_id] = dataclasses.replace(handle, prefix=PrefixRef(sid, row, handle.prefix.length))
-
-    def _placed(self, rows, batch: int, mesh, *, cross_shard: int) -> None:
+    def count_placed(self, rows, batch: int, mesh, *, cross_shard: int) -> None:
         """Branches forked into rows `rows` of a state of `batch` rows: who decodes them, what crossed shards."""
         self.cross_shard_rows += cross_shard
         for process in row_processes(batch, mesh)[np.asarray(rows, np.int64)]:
             self.rollouts_by_process[process] += 1
 
-    def _count_decode(self, gen, batch: int) -> None:
+    def count_decode(self, gen, batch: int) -> None:
         self.decode_slot_steps += batch * int(gen.lengths.max(initial=0))
         self.decode_tokens += int(gen.lengths.sum())
 
-    def _reserve_state(self) -> int:
-        sid, self._next_state = self._next_state, self._next_state + 1
-        return sid
-
-    def _store(self, state: SamplerState) -> int:
-        sid = self._reserve_state()
-        self._states[sid] = state
-        return sid
-
     @staticmethod
-    def _row_ids(branches, trees) -> list[int]:
+    def row_ids(branches, trees) -> list[int]:
+        """The sampling-key row of each branch's current turn (`TURN_STRIDE`)."""
         return [b.uid * TURN_STRIDE + trees[b.tree].nodes[b.node].depth for b in branches]

@@ -6,7 +6,7 @@ slowest one is done, and the tools of all rows wait for it. Here the sampler sta
 `slots` rows, decoded `chunk` tokens at a time:
 
 - after each chunk, the rows whose turn ended (a stop id, or max_new_tokens) leave: their turns are
-  parsed and their tools run (`RolloutEngine._step_envs`, the same code as the synchronous loop) before
+  parsed and their tools run (`RolloutEngine.step_envs`, the same code as the synchronous loop) before
   the next chunk, or, with `overlap_tools`, in a worker thread while the device decodes the next chunk of
   the other rows (the main thread only waits on the device meanwhile, so the two never touch the trees at
   once); then their observations are prefilled
@@ -30,20 +30,42 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from trace_jax.parallel.host import to_host
+from trace_jax.rollout.prefixes import PrefixTable
 from trace_jax.sampling import decode
 from trace_jax.sampling.engine import Generation, fork_rows
-from trace_jax.sampling.rows import copy_rows, extend_rows, place_rows
 from trace_jax.sampling.fork import concat_states, gather_rows, merged_row, plan_fork
-from trace_jax.sampling.state import (SamplerState, batch_bucket, empty_state, grow, mesh_of, row_processes,
-                                      rows_multiple)
+from trace_jax.sampling.rows import copy_rows, extend_rows, place_rows
+from trace_jax.sampling.state import (
+    SamplerState,
+    batch_bucket,
+    empty_state,
+    grow,
+    mesh_of,
+    row_processes,
+    rows_multiple,
+)
 
-if TYPE_CHECKING:
-    from trace_jax.rollout.agent_loop import RolloutEngine
+
+class RolloutEngine(Protocol):
+    """The public pieces of `agent_loop.RolloutEngine` this scheduler drives (it never imports that module:
+    the engine imports this one)."""
+
+    policy: object  # agent_loop.Policy
+    seed: int
+    prefixes: PrefixTable
+
+    def step_envs(self, trees, branches, gen, live, leaves, owners): ...
+
+    def row_ids(self, branches, trees) -> list[int]: ...
+
+    def count_placed(self, rows, batch: int, mesh, *, cross_shard: int) -> None: ...
+
+    def count_decode(self, gen, batch: int) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +125,11 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
     config, params, sampling = p.config, p.params, p.sampling
     limit = sampling.max_new_tokens
     chunk = min(p.batching.chunk, limit)
-    final = engine._reserve_state()  # the slot table's own id: anchors in it point here until archived
+    final = engine.prefixes.reserve()  # the slot table's own id: anchors in it point here until archived
     used = sorted({ref.state for ref in sources})
-    merged, offsets = concat_states([engine._states[s] for s in used])
+    merged, offsets = concat_states([engine.prefixes.states[s] for s in used])
     offset, mesh = dict(zip(used, offsets)), mesh_of(merged)
-    parents = [merged_row(offset[r.state], r.row, engine._states[r.state].batch_size, merged.batch_size, mesh)
+    parents = [merged_row(offset[r.state], r.row, engine.prefixes.states[r.state].batch_size, merged.batch_size, mesh)
                for r in sources]
     width = len(branches) if not p.batching.slots else min(len(branches), p.batching.slots)
     plan = plan_fork(parents[:width], merged.batch_size, mesh)
@@ -116,7 +138,7 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
     occupant = np.full(slots, -1)  # the branch each slot decodes, -1 when free
     previous = np.full(slots, -1)  # the finished branch whose row a free slot still holds
     occupant[plan.rows] = np.arange(width)
-    engine._placed(plan.rows, slots, mesh, cross_shard=plan.cross_shard)
+    engine.count_placed(plan.rows, slots, mesh, cross_shard=plan.cross_shard)
     pending = collections.deque(range(width, len(branches)))
     position = np.zeros(slots, np.int32)  # tokens of the current turn each slot holds
     chunks: dict[int, list[Generation]] = collections.defaultdict(list)  # slot -> this turn's pieces so far
@@ -135,7 +157,7 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
                 occupant[free], position[free] = taken, 0
                 crossing = sum((s * shards // slots) != (parents[j] * shards // merged.batch_size)
                                for s, j in zip(free, taken))
-                engine._placed(free, slots, mesh, cross_shard=int(crossing))
+                engine.count_placed(free, slots, mesh, cross_shard=int(crossing))
             busy = occupant >= 0
             if not busy.any():
                 break
@@ -153,7 +175,7 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
                                                             if old in anchors_in})
                 for new, held in anchors_in.items():
                     for tree, node_id in held:
-                        engine._repoint(tree, node_id, final, new)
+                        engine.prefixes.repoint(tree, node_id, final, new)
                 if ended is not None:
                     ended = dataclasses.replace(ended, slots=[new_slot[s] for s in ended.slots])
                 busy = occupant >= 0
@@ -161,10 +183,10 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
             if ended is not None:
                 decoding[ended.slots] = False
             row_ids = np.zeros(slots, np.int64)
-            row_ids[decoding] = engine._row_ids([branches[j] for j in occupant[decoding]], trees)
+            row_ids[decoding] = engine.row_ids([branches[j] for j in occupant[decoding]], trees)
             stepped = None
             if ended is not None:  # their tools run in the worker thread while this thread only decodes
-                stepped = tools.submit(engine._step_envs, trees, ended.branches, ended.turn,
+                stepped = tools.submit(engine.step_envs, trees, ended.branches, ended.turn,
                                        [True] * len(ended.slots), leaves, ended.owners)
             gen = None
             if decoding.any():
@@ -176,7 +198,7 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
                 ended = None
             if gen is None:
                 continue
-            engine._count_decode(gen, slots)
+            engine.count_decode(gen, slots)
             for s in np.flatnonzero(decoding):
                 chunks[s].append(gen.take([s]))
             position += gen.lengths.astype(np.int32)
@@ -187,12 +209,12 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
             ended = _Ended(finished, [branches[occupant[s]] for s in finished],
                            _turns([chunks.pop(s) for s in finished], limit), row_processes(slots, mesh)[finished])
             if not p.batching.overlap_tools:  # tools now, before the next chunk
-                state = _rejoin(engine, state, ended, engine._step_envs(trees, ended.branches, ended.turn,
+                state = _rejoin(engine, state, ended, engine.step_envs(trees, ended.branches, ended.turn,
                                                                        [True] * len(finished), leaves, ended.owners),
                                 trees, final, occupant, previous, anchors_in)
                 ended = None
     if p.batching.keep_prefixes:
-        engine._states[final] = state
+        engine.prefixes.states[final] = state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,8 +241,8 @@ def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, 
     hidden, lengths = to_host((state.hidden, state.cache.lengths))
     for i, node in boundaries.items():
         slot, branch = ended.slots[i], ended.branches[i]
-        engine._anchor(trees[branch.tree], node, final, slot, int(lengths[slot]), np.asarray(hidden[slot]),
-                       branch.episode)
+        engine.prefixes.anchor(trees[branch.tree], node.id, final, slot, int(lengths[slot]), np.asarray(hidden[slot]),
+                               branch.episode)
         anchors_in[slot].append((trees[branch.tree], node.id))
     for i, s in enumerate(ended.slots):
         if i not in boundaries:
@@ -254,16 +276,16 @@ class _Archive:
             return state
         if self.sid is None:
             mesh = mesh_of(state)
-            self.sid = engine._store(empty_state(engine.policy.config, batch_bucket(self.branches, rows_multiple(mesh)),
+            self.sid = engine.prefixes.store(empty_state(engine.policy.config, batch_bucket(self.branches, rows_multiple(mesh)),
                                                  state.capacity, mesh))
-        archive = engine._states[self.sid]
+        archive = engine.prefixes.states[self.sid]
         if archive.capacity < state.capacity:
             archive = grow(archive, state.capacity)
         elif state.capacity < archive.capacity:
             state = grow(state, archive.capacity)
         rows = [int(previous[s]) for s in slots]
-        engine._states[self.sid] = copy_rows(archive, state, slots, rows)
+        engine.prefixes.states[self.sid] = copy_rows(archive, state, slots, rows)
         for slot, row in zip(slots, rows):
             for tree, node_id in anchors_in.pop(slot):
-                engine._repoint(tree, node_id, self.sid, row)
+                engine.prefixes.repoint(tree, node_id, self.sid, row)
         return state

@@ -10,6 +10,7 @@ how much of the bought contrast is usable.
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 
 

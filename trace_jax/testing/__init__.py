@@ -14,9 +14,9 @@ from trace_jax.models import init_params
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.presets import get_preset
 from trace_jax.models.tokenizer import build_tokenizer, load_tokenizer
-from trace_jax.records import StepRecord, Timings, TreeStats
 from trace_jax.rollout.agent_loop import Policy
 from trace_jax.rollout.tree import Ledger
+from trace_jax.run.records import StepRecord, Timings, TreeStats
 from trace_jax.sampling import SamplingParams
 
 

@@ -19,7 +19,7 @@ from safetensors.numpy import load_file
 
 from configs import quickstart
 from tests.parallel.test_multiprocess import _free_port, distributed_env
-from trace_jax import experiment, train
+from trace_jax.run import experiment, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # One-operation arithmetic after 300 SFT steps: a policy that succeeds sometimes, so the steps have

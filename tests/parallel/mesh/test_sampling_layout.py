@@ -50,7 +50,7 @@ def test_rollouts_on_a_mesh_match_one_device(tiny_setup, one_device, shape):
     assert [g[:4] for g in got] == [w[:4] for w in want]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g[4], w[4], atol=1e-5, rtol=0)
-    state = engine._states[max(engine._states)]
+    state = engine.prefixes.states[max(engine.prefixes.states)]
     data, fsdp, tensor = shape
     k = state.cache.k[0]  # [B, K, H, T]: rows over data x fsdp; the tiny model's 2 KV heads over tensor when it divides
     heads_split = tensor > 1 and 2 % tensor == 0  # else the KV heads are replicated over tensor

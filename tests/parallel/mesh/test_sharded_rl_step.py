@@ -7,8 +7,8 @@ import jax
 import numpy as np
 
 from configs import quickstart
-from trace_jax import experiment, train
 from trace_jax.rl import learner
+from trace_jax.run import experiment, train
 
 
 def _one_step(tmp_path, mesh):
@@ -21,7 +21,7 @@ def _one_step(tmp_path, mesh):
     allocator = train.make_allocator(setup)
     optimizer = learner.make_optimizer(setup.run.learner)
     learn, params, opt_state = train._learner(setup, optimizer, setup.params, optimizer.init(setup.params))
-    pool, _ = train._pool(train.train_tasks(setup), 0, allocator.pool_size, setup.run.seed)
+    pool, _ = train._pool(experiment.train_tasks(setup), 0, allocator.pool_size, setup.run.seed)
     params, _, record = train.rl_step(setup, allocator, learn, params, opt_state, pool, step=1)
     return jax.device_get(params), record
 

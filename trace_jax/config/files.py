@@ -1,6 +1,7 @@
-"""What `configs/*.py` build on: every section's defaults as an `ml_collections.ConfigDict` (the
-typed dataclasses in `run_config` are the one home of defaults; a config file overrides only what
-differs), and the parser of a config file's argument (`file.py:runlocal,checkpoint=/path`)."""
+"""Config files in and out: every section's defaults as an `ml_collections.ConfigDict` for `configs/*.py`
+to build on (the typed dataclasses in `schema.py` are the one home of defaults; a config file overrides only
+what differs), the parser of a config file's argument (`file.py:runlocal,checkpoint=/path`), and
+`from_config_dict`, the one way a config file's dict becomes a checked `RunConfig`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import ml_collections
 
-from trace_jax import run_config
+from trace_jax.config import checks, schema
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -17,8 +18,8 @@ def default_config() -> ml_collections.ConfigDict:
     list the fields of all their entries, so `--config.allocator.prefixes=none` is a valid flag.
     `advantage.name` is "": the estimator the chosen allocator trains with (`allocation.default_advantage`)."""
     c = {"seed": 0}
-    for name, cls in run_config.section_classes().items():
-        registry = run_config.registry_of(name)
+    for name, cls in schema.section_classes().items():
+        registry = schema.registry_of(name)
         c[name] = registry.default_fields(cls().name) if registry else dataclasses.asdict(cls())
     c["advantage"]["name"] = ""
     return ml_collections.ConfigDict(c)
@@ -42,5 +43,14 @@ def config_args(arg: str | None, *, flags: Sequence[str] = (), values: Mapping[s
             unknown.append(part)
     if unknown:
         known = list(flags) + [f"{k}=..." for k in values]
-        raise run_config.ConfigError(f"unknown argument(s) {unknown} for {config}; it takes {known or 'none'}")
+        raise schema.ConfigError(f"unknown argument(s) {unknown} for {config}; it takes {known or 'none'}")
     return out
+
+
+def from_config_dict(config) -> schema.RunConfig:
+    """The typed, checked run config of a ConfigDict (or dict): `schema.parse` (fields, types), then
+    `checks` (ranges, files, cross-field conflicts). Every problem is a ConfigError naming its field."""
+    run = schema.parse(config)
+    checks.check_fields(run)
+    checks.check_consistency(run)
+    return run

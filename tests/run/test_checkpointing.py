@@ -9,8 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trace_jax.checkpointing import (CHECKSUMS, CheckpointError, CheckpointMismatchError, Checkpointer,
-                                     require_checkpoint_dir)
+from trace_jax.run.checkpointing import (
+    CHECKSUMS,
+    Checkpointer,
+    CheckpointError,
+    CheckpointMismatchError,
+    require_checkpoint_dir,
+)
 
 
 def _arrays(value: float):
@@ -84,7 +89,7 @@ def test_non_finite_params_are_refused(tmp_path):
 
 def test_a_step_without_checksums_is_restored_unverified_with_a_warning(three_steps, caplog):
     os.remove(os.path.join(three_steps.step_dir(3), CHECKSUMS))
-    with caplog.at_level(logging.WARNING, logger="trace_jax.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="trace_jax.run.checkpointing"):
         assert _restored_value(three_steps) == (3, 3.0)
     assert "restored unverified" in caplog.text
 

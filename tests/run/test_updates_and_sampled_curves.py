@@ -4,14 +4,15 @@ records carry the updates' figures, the metrics the sampled curve, the report a 
 import json
 import os
 
-from configs import quickstart
-from trace_jax import train
-from trace_jax.compare import curves, report
-from trace_jax.metrics import read_metrics
-from trace_jax.records import read_steps
-from trace_jax.run_config import ConfigError, from_config_dict
-
 import pytest
+
+from configs import quickstart
+from trace_jax.compare import curves, report
+from trace_jax.config.files import from_config_dict
+from trace_jax.config.schema import ConfigError
+from trace_jax.run import train
+from trace_jax.run.metrics import read_metrics
+from trace_jax.run.records import read_steps
 
 
 def _config(**changes):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from trace_jax.records import STEPS_FILE, StepRecord, append_step
+from trace_jax.run.records import STEPS_FILE, StepRecord, append_step
 
 
 class MetricWriter:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from trace_jax.envs.oracle import run_episode
-from trace_jax.evaluation import evaluate_policy
-from trace_jax.sft import conversation_demonstrations, make_batch, oracle_demonstrations
+from trace_jax.run.evaluation import evaluate_policy
+from trace_jax.run.sft import conversation_demonstrations, make_batch, oracle_demonstrations
 
 
 def test_oracle_demonstrations_train_only_assistant_tokens(tiny_setup):
@@ -31,8 +31,8 @@ def test_oracle_demonstrations_can_be_limited_to_easy_tasks(tiny_setup, tmp_path
         demos = oracle_demonstrations(tiny_setup.source, renderer, num=30, mistake_rate=0.0, seed=0, max_difficulty=cap)
         assert {tokenizer.decode([i for i, m in zip(ids, mask) if m]).count("Action: search[")
                 for ids, mask in demos} == searches
-    from trace_jax.config_files import default_config
-    from trace_jax.run_config import ConfigError, from_config_dict
+    from trace_jax.config.files import default_config, from_config_dict
+    from trace_jax.config.schema import ConfigError
     c = default_config()
     path = tmp_path / "conversations.jsonl"
     path.write_text("{}\n")
@@ -90,7 +90,7 @@ def test_greedy_accuracy_and_pass_at_k_by_level(tiny_setup):
 
 
 def test_per_task_outcomes_round_trip_and_mean_of_k(tiny_setup, tmp_path):
-    from trace_jax.evaluation import TaskOutcomes, mean_of_k, read_outcomes, task_outcomes, write_outcomes
+    from trace_jax.run.evaluation import TaskOutcomes, mean_of_k, read_outcomes, task_outcomes, write_outcomes
 
     tasks = tiny_setup.source.tasks("validation")[:5]
     sampled = task_outcomes(tiny_setup.policy, tiny_setup.env, tasks, greedy=False, k=3, seed=7)
@@ -106,8 +106,8 @@ def test_per_task_outcomes_round_trip_and_mean_of_k(tiny_setup, tmp_path):
 
 def test_a_warm_start_that_fails_its_easiest_level_is_reported(capsys):
     from configs import quickstart
-    from trace_jax.experiment import log_after_sft
-    from trace_jax.run_config import from_config_dict
+    from trace_jax.config.files import from_config_dict
+    from trace_jax.run.sft import log_after_sft
 
     run = from_config_dict(quickstart.get_config())
     weak = {"accuracy": 0.021, "accuracy/level_1": 0.071, "accuracy/level_2": 0.0, "accuracy/level_10": 0.9}

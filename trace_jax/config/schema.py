@@ -1,6 +1,6 @@
 """The typed run configuration: an `ml_collections.ConfigDict` from `configs/*.py` becomes frozen,
-keyword-only dataclasses before any library code sees it. Unknown fields fail here, and bad values,
-conflicting fields and paths that do not exist in `config_checks.py`, before compute, with the field named."""
+keyword-only dataclasses (`parse`). Unknown fields and wrong types fail here with the field named; bad values,
+conflicting fields and missing paths in `checks.py`; `files.from_config_dict` runs both before compute."""
 
 from __future__ import annotations
 
@@ -226,8 +226,9 @@ def _plain(value: Any) -> Any:
     return value.to_dict() if hasattr(value, "to_dict") else value
 
 
-def from_config_dict(config) -> RunConfig:
-    """Validates and converts; every problem names its field (e.g. `rl.stepz`)."""
+def parse(config) -> RunConfig:
+    """Converts a ConfigDict (or dict) into a RunConfig: every unknown field or ill-typed section names its
+    field (e.g. `rl.stepz`). Value ranges and cross-field checks are `checks.py`'s."""
     raw = _plain(config)
     unknown = set(raw) - set(_SECTIONS) - {"seed"}
     if unknown:
@@ -251,11 +252,7 @@ def from_config_dict(config) -> RunConfig:
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"config field 'seed'={seed!r} must be an integer >= 0")
-    run = RunConfig(seed=seed, **sections)
-    from trace_jax.config_checks import check_consistency, check_fields  # they read this module's classes
-    check_fields(run)
-    check_consistency(run)
-    return run
+    return RunConfig(seed=seed, **sections)
 
 
 # What a checkpoint's weights depend on. An SFT checkpoint: the model, the task and the SFT recipe

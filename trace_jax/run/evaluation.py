@@ -1,5 +1,6 @@
 """Held-out evaluation: greedy accuracy, sampled pass@k and mean-of-k on a split, overall and per
-difficulty, and the per-task outcomes behind them (what a paired comparison needs).
+difficulty, and the per-task outcomes behind them (what a paired comparison needs); `held_out` runs the
+configured set for a run's `Setup`.
 
 Sampled evaluations draw row r's t-th token from `fold_in(fold_in(key(seed + chunk start), r), t)`:
 with the same `seed` and task list, every arm and every run sees the same random numbers per task
@@ -20,6 +21,7 @@ from tqdm.auto import tqdm
 from trace_jax.envs.eval_sets import EvalGroup
 from trace_jax.envs.protocol import Env, Task
 from trace_jax.rollout.agent_loop import Policy, RolloutEngine
+from trace_jax.run.experiment import Setup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,3 +114,25 @@ def read_outcomes(path: str) -> dict[str, TaskOutcomes]:
         stored = json.load(f)
     return {name: TaskOutcomes(**{k: tuple(v) if isinstance(v, list) else v for k, v in o.items()})
             for name, o in stored.items()}
+
+
+MEAN_OF_K_SEED = 20261203  # one seed for every run's mean-of-k: the same random numbers per task in every arm
+
+
+def held_out(setup: Setup, params, *, outcomes_path: str | None = None, sampled: bool = True) -> dict[str, float]:
+    """Greedy accuracy on the eval tasks (+ pass@k and mean-of-k when configured and `sampled`); with
+    `outcomes_path`, the per-task outcomes behind them are written there (`evaluation.read_outcomes`)."""
+    run, policy, groups = setup.run, setup.policy(params), setup.eval_groups
+    greedy = grouped_outcomes(policy, groups, greedy=True)
+    out = accuracy(greedy)
+    outcomes = {"greedy": greedy}
+    if run.eval.pass_k and sampled:
+        out.update(accuracy(grouped_outcomes(policy, groups, greedy=False, k=run.eval.pass_k, seed=run.seed),
+                            f"pass@{run.eval.pass_k}"))
+    if run.eval.sample_k and sampled:
+        outcomes["sampled"] = grouped_outcomes(policy, groups, limit=run.eval.sample_tasks, greedy=False,
+                                               k=run.eval.sample_k, seed=MEAN_OF_K_SEED)
+        out.update(mean_of_k(outcomes["sampled"]))
+    if outcomes_path and jax.process_index() == 0:
+        write_outcomes(outcomes_path, outcomes)
+    return out

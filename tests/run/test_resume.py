@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from configs import quickstart
-from trace_jax import experiment, train
-from trace_jax.checkpointing import Checkpointer
-from trace_jax.metrics import MetricWriter, read_metrics
-from trace_jax.records import read_steps
+from trace_jax.config.schema import ConfigError
 from trace_jax.rollout.continuous import Batching
-from trace_jax.run_config import ConfigError
+from trace_jax.run import experiment, sft, train
+from trace_jax.run.checkpointing import Checkpointer
+from trace_jax.run.metrics import MetricWriter, read_metrics
+from trace_jax.run.records import read_steps
 
 pytestmark = pytest.mark.slow  # full runs killed and resumed: `python -m pytest -m slow`
 
@@ -107,7 +107,7 @@ def test_sigterm_during_sft_checkpoints_it_and_the_resumed_sft_ends_where_an_uni
         finished, tmp_path, monkeypatch):
     full, _ = finished
     calls = {"n": 0}
-    real_step = experiment.sft_step
+    real_step = sft.sft_step
 
     def step_then_signal(*args):
         calls["n"] += 1
@@ -115,15 +115,15 @@ def test_sigterm_during_sft_checkpoints_it_and_the_resumed_sft_ends_where_an_uni
             os.kill(os.getpid(), signal.SIGTERM)  # what a preemption sends, mid-SFT
         return real_step(*args)
 
-    monkeypatch.setattr(experiment, "sft_step", step_then_signal)
+    monkeypatch.setattr(sft, "sft_step", step_then_signal)
     stopped = train.train_and_evaluate(_config(), str(tmp_path))
     assert stopped == {"interrupted": True, "stage": "sft", "steps": 0}
     assert Checkpointer(str(tmp_path / "sft")).steps() == [4]
-    monkeypatch.setattr(experiment, "sft_step", real_step)
+    monkeypatch.setattr(sft, "sft_step", real_step)
 
-    setup = train.build(_config(), str(tmp_path))
-    resumed = train.warm_start(setup, str(tmp_path), MetricWriter(str(tmp_path)))
-    uninterrupted = train.warm_start(train.build(_config(), str(full)), str(full), writer=None)  # restored
+    setup = experiment.build(_config(), str(tmp_path))
+    resumed = sft.warm_start(setup, str(tmp_path), MetricWriter(str(tmp_path)))
+    uninterrupted = sft.warm_start(experiment.build(_config(), str(full)), str(full), writer=None)  # restored
     jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
     sft_rows = [row["step"] for row in read_metrics(str(tmp_path)) if "sft/loss" in row]
     assert sft_rows == sorted(set(sft_rows))
@@ -131,7 +131,7 @@ def test_sigterm_during_sft_checkpoints_it_and_the_resumed_sft_ends_where_an_uni
 
 def test_sigterm_during_the_last_sft_step_saves_sft_and_stops_before_rl(tmp_path, monkeypatch):
     calls = {"n": 0}
-    real_step = experiment.sft_step
+    real_step = sft.sft_step
 
     def step_then_signal(*args):
         calls["n"] += 1
@@ -139,7 +139,7 @@ def test_sigterm_during_the_last_sft_step_saves_sft_and_stops_before_rl(tmp_path
             os.kill(os.getpid(), signal.SIGTERM)
         return real_step(*args)
 
-    monkeypatch.setattr(experiment, "sft_step", step_then_signal)
+    monkeypatch.setattr(sft, "sft_step", step_then_signal)
     stopped = train.train_and_evaluate(_config(), str(tmp_path))
     assert stopped["interrupted"] and stopped["stage"] == "sft"
     assert Checkpointer(str(tmp_path / "sft")).steps() == [OVERRIDES["sft.steps"]]
@@ -147,11 +147,11 @@ def test_sigterm_during_the_last_sft_step_saves_sft_and_stops_before_rl(tmp_path
 
 
 def test_periodic_sft_checkpoints(tmp_path, monkeypatch):
-    monkeypatch.setattr(experiment, "SFT_CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(sft, "SFT_CHECKPOINT_SECONDS", 0.0)
     saved = []
     real_save = Checkpointer.save
     monkeypatch.setattr(Checkpointer, "save", lambda self, step, *a: (saved.append(step), real_save(self, step, *a)))
-    train.warm_start(train.build(_config(), str(tmp_path)), str(tmp_path), writer=None)
+    sft.warm_start(experiment.build(_config(), str(tmp_path)), str(tmp_path), writer=None)
     assert saved == list(range(1, 11))  # every step (partial), then the finished SFT at step 10
 
 
@@ -176,9 +176,9 @@ def test_a_checkpoint_is_resumed_only_under_the_settings_it_was_made_under(finis
     full, summary = finished
     with pytest.raises(ConfigError, match=r"checkpoints .*learner.learning_rate: 0.0001 there, 0.5 now"):
         train.train_and_evaluate(_config(**{"learner.learning_rate": 0.5}), str(full))
-    setup = train.build(_config(**{"sft.steps": 11}), str(full))
+    setup = experiment.build(_config(**{"sft.steps": 11}), str(full))
     with pytest.raises(ConfigError, match=r"SFT checkpoint .*sft.steps: 10 there, 11 now"):
-        train.warm_start(setup, str(full), writer=None)
+        sft.warm_start(setup, str(full), writer=None)
     # evaluating differently (or on another mesh) is not a different experiment
     assert train.evaluate(_config(**{"eval.num_tasks": 4}), str(full))["step"] == 4
 
@@ -216,6 +216,6 @@ def test_the_decode_schedule_reaches_the_rollout_engine(tmp_path):
     schedules sample the same trees: tests/rollout/test_continuous.py; a run resumes under another:
     RESUMABLE_SETTINGS)."""
     changes = {"rl.decode_chunk": 3, "rl.decode_slots": 4, "rl.overlap_tools": False, "rl.keep_prefixes": False}
-    assert train.build(_config(**changes), str(tmp_path)).policy().batching == Batching(3, 4, overlap_tools=False,
+    assert experiment.build(_config(**changes), str(tmp_path)).policy().batching == Batching(3, 4, overlap_tools=False,
                                                                                         keep_prefixes=False)
-    assert train.build(_config(), str(tmp_path)).policy().batching == Batching()
+    assert experiment.build(_config(), str(tmp_path)).policy().batching == Batching()

@@ -6,9 +6,9 @@ import json
 import math
 
 from trace_jax.allocation.calibration import Calibration
-from trace_jax.metrics import MetricWriter
-from trace_jax.records import CheckpointRecord, StepRecord, read_steps
 from trace_jax.rl.learner import LearnerMetrics
+from trace_jax.run.metrics import MetricWriter
+from trace_jax.run.records import CheckpointRecord, StepRecord, read_steps
 from trace_jax.testing import step_record
 
 

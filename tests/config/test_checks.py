@@ -7,9 +7,10 @@ import os
 import pytest
 
 from configs import quickstart
-from trace_jax import run_config, train
-from trace_jax.config_files import config_args, default_config
-from trace_jax.run_config import ConfigError, from_config_dict
+from trace_jax.config import schema
+from trace_jax.config.files import config_args, default_config, from_config_dict
+from trace_jax.config.schema import ConfigError
+from trace_jax.run import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -77,7 +78,7 @@ def test_bad_fields_are_named(update, culprit):
 
 @pytest.mark.parametrize("key", ["rl.max_new_tokens", "task.max_tokens"])
 def test_generation_lengths_past_the_models_positions_are_named_before_compute(tmp_path, key):
-    from trace_jax import experiment
+    from trace_jax.run import experiment
     with pytest.raises(ConfigError, match=f"'{key}'=100000000 exceeds the model's 4096 positions"):
         experiment.build(_updated({key: 10 ** 8, "model.preset": "mini"}), str(tmp_path))
 
@@ -155,7 +156,7 @@ def test_missing_paths_fail_fast(tmp_path, field):
 
 
 def test_evaluate_without_checkpoint_fails_fast(tmp_path):
-    from trace_jax.checkpointing import CheckpointError
+    from trace_jax.run.checkpointing import CheckpointError
     with pytest.raises(CheckpointError, match="does not exist"):
         train.evaluate(quickstart.get_config("runlocal"), str(tmp_path / "empty"))
 
@@ -177,16 +178,16 @@ def test_launcher_loads_derived_configs_and_fails_fast_without_checkpoint(tmp_pa
 
 
 def test_settings_differences_are_named_and_resumable_fields_ignored():
-    run = run_config.from_config_dict(quickstart.get_config())
-    other = run_config.from_config_dict(_updated({"learner.learning_rate": 0.5, "rl.steps": 7}))
-    stored, now = run_config.settings(run), run_config.settings(other)
-    with pytest.raises(run_config.ConfigError, match=r"learner.learning_rate: 0.0001 there, 0.5 now") as e:
-        run_config.require_same_settings("ckpt", stored, now)
+    run = from_config_dict(quickstart.get_config())
+    other = from_config_dict(_updated({"learner.learning_rate": 0.5, "rl.steps": 7}))
+    stored, now = schema.settings(run), schema.settings(other)
+    with pytest.raises(schema.ConfigError, match=r"learner.learning_rate: 0.0001 there, 0.5 now") as e:
+        schema.require_same_settings("ckpt", stored, now)
     assert "rl.steps: 80 there, 7 now" in str(e.value)
-    run_config.require_same_settings("ckpt", stored, run_config.settings(run_config.from_config_dict(
-        _updated({"rl.steps": 7, "eval.num_tasks": 3, "mesh.data": 2}))), ignore=run_config.RESUMABLE_SETTINGS)
-    run_config.require_same_settings("ckpt", None, now)  # made before settings were recorded
-    assert run_config.settings(run, run_config.SFT_SETTINGS).keys() == {
+    schema.require_same_settings("ckpt", stored, schema.settings(from_config_dict(
+        _updated({"rl.steps": 7, "eval.num_tasks": 3, "mesh.data": 2}))), ignore=schema.RESUMABLE_SETTINGS)
+    schema.require_same_settings("ckpt", None, now)  # made before settings were recorded
+    assert schema.settings(run, schema.SFT_SETTINGS).keys() == {
         k for k in stored if k.split(".")[0] in ("model", "task", "sft")}
 
 
@@ -217,15 +218,15 @@ def test_paper_configs_on_real_data_name_a_missing_file_before_compute(tmp_path,
     (tmp_path / "ckpt").mkdir()
     config = importlib.import_module(f"configs.{name}").get_config(
         arg.format(ckpt=tmp_path / "ckpt", file=tmp_path / "train.jsonl"))
-    with pytest.raises(run_config.ConfigError, match=culprit):
-        run_config.from_config_dict(config)
+    with pytest.raises(schema.ConfigError, match=culprit):
+        from_config_dict(config)
 
 
 def test_a_paper_config_with_its_files_validates(tmp_path):
     from configs import qwen3_8b_gsm8k
     (tmp_path / "train.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
     (tmp_path / "ckpt").mkdir()
-    run = run_config.from_config_dict(qwen3_8b_gsm8k.get_config(f"checkpoint={tmp_path / 'ckpt'},"
+    run = from_config_dict(qwen3_8b_gsm8k.get_config(f"checkpoint={tmp_path / 'ckpt'},"
                                                                f"train={tmp_path / 'train.jsonl'}"))
     assert run.task.source == "gsm8k" and run.model.preset == "qwen3-8b" and run.mesh.fsdp == 8
 
@@ -248,13 +249,14 @@ def test_every_paper_config_validates_at_scale_on_its_mesh(tmp_path):
     (tmp_path / "ckpt").mkdir()
     script = (
         "import importlib, json, sys\n"
-        "from trace_jax import run_config\n"
+        "from trace_jax.config import schema\n"
+        "from trace_jax.config.files import from_config_dict\n"
         "out = {}\n"
         "for name, arg in json.loads(sys.argv[1]).items():\n"
         "    try:\n"
-        "        run = run_config.from_config_dict(importlib.import_module('configs.' + name).get_config(arg))\n"
+        "        run = from_config_dict(importlib.import_module('configs.' + name).get_config(arg))\n"
         "        out[name] = [run.mesh.data, run.mesh.fsdp, run.mesh.tensor, run.learner.micro_batch]\n"
-        "    except run_config.ConfigError as e:\n"
+        "    except schema.ConfigError as e:\n"
         "        out[name] = str(e)\n"
         "print(json.dumps(out))\n")
     args = {k: v.format(ckpt=tmp_path / "ckpt", file=tmp_path / "train.jsonl") for k, v in PAPER_CONFIG_ARGS.items()}

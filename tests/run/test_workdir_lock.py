@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from configs import quickstart
-from trace_jax import train
-from trace_jax.workdir_lock import LOCK_FILE, WorkdirBusyError, WorkdirLock
+from trace_jax.run import sft, train
+from trace_jax.run.workdir_lock import LOCK_FILE, WorkdirBusyError, WorkdirLock
 
 
 def _dead_pid() -> int:
@@ -46,7 +46,7 @@ def test_a_lock_of_another_host_is_refused(tmp_path):
             pass
 
 
-@pytest.mark.parametrize("entry", [train.train_and_evaluate, train.sft])
+@pytest.mark.parametrize("entry", [train.train_and_evaluate, sft.sft])
 def test_the_entry_points_refuse_a_held_workdir_before_compute_and_release_on_failure(tmp_path, entry):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

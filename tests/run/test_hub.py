@@ -1,4 +1,4 @@
-"""trace_jax.hub: without network each download fails naming the local files to provide instead; a fetched
+"""trace_jax.run.hub: without network each download fails naming the local files to provide instead; a fetched
 GSM8K parquet becomes the released JSONL slice the gsm8k source reads."""
 
 import json
@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from trace_jax import hub
 from trace_jax.envs.loaders import load_gsm8k
+from trace_jax.run import hub
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""The product a user runs: `sft`, `train_and_evaluate` (SFT warm start, then the RL loop with any
-allocator) and `evaluate`. Importable from notebooks; the launchers in `experiments/` only parse flags.
+"""The product a user runs: `train_and_evaluate` (SFT warm start, then the RL loop with any allocator)
+and `evaluate` (`sft.sft` runs the warm start alone). Importable from notebooks; the launchers in `experiments/` only parse flags.
 
 One RL step (`rl_step`): allocate -> roll out -> score -> update predictor -> advantages -> learner
 step, returning a typed `StepRecord`; the loop then logs it, checkpoints and evaluates. Everything is
@@ -15,42 +15,22 @@ import time
 import jax
 import numpy as np
 
-from trace_jax import allocation, run_config
+from trace_jax import allocation
 from trace_jax.allocation.predictor import SuccessPredictor, feature_width
-from trace_jax.checkpointing import Checkpointer, require_checkpoint_dir
-from trace_jax.experiment import (Setup, banner, build, derive_seed, eval_tasks, held_out, log, log_after_sft,
-                                  train_tasks, warm_start)
-from trace_jax.metrics import MetricWriter
+from trace_jax.config import schema
 from trace_jax.models import hf_io
-from trace_jax.records import CheckpointRecord, StepRecord, Timings, TreeStats, read_steps
 from trace_jax.rl import learner, updates
 from trace_jax.rl.advantages import estimate, nonzero_advantage_token_share
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import contrast_statistics, step_statistics
-from trace_jax.stopping import RunInterrupted, StopFlag
-from trace_jax.workdir_lock import holds_workdir
-
-__all__ = ["Setup", "build", "derive_seed", "eval_tasks", "held_out", "train_tasks", "warm_start", "make_allocator",
-           "rl_step", "sft", "train_and_evaluate", "evaluate", "restore_policy"]
-
-
-@holds_workdir
-def sft(config, workdir: str) -> dict:
-    """Supervised warm start alone; returns held-out accuracy after it."""
-    t0 = time.time()
-    banner("setup")
-    setup = build(config, workdir)
-    writer = MetricWriter(workdir, enabled=jax.process_index() == 0)
-    banner("supervised warm start")
-    try:
-        params = warm_start(setup, workdir, writer)
-    except RunInterrupted as e:
-        log(f"{e}; resume by running the same command again")
-        return {"interrupted": True, "stage": e.stage, "steps": e.step}
-    banner("evaluate")
-    result = held_out(setup, params)
-    log_after_sft(result, setup.run)
-    return {"acc_after_sft": result["accuracy"], "wall_s": round(time.time() - t0, 1)}
+from trace_jax.run.checkpointing import Checkpointer, require_checkpoint_dir
+from trace_jax.run.evaluation import held_out
+from trace_jax.run.experiment import Setup, banner, build, derive_seed, log, train_tasks
+from trace_jax.run.metrics import MetricWriter
+from trace_jax.run.records import CheckpointRecord, StepRecord, Timings, TreeStats, read_steps
+from trace_jax.run.sft import log_after_sft, warm_start
+from trace_jax.run.stopping import RunInterrupted, StopFlag
+from trace_jax.run.workdir_lock import holds_workdir
 
 
 def _pool(tasks, position: int, size: int, seed: int):
@@ -128,8 +108,8 @@ def _restore(setup: Setup, ckpt: Checkpointer, allocator, optimizer):
 
     def target(stored):
         record = CheckpointRecord.from_json(stored)
-        run_config.require_same_settings(f"the checkpoint {ckpt.directory}", record.settings,
-                                         run_config.settings(setup.run), ignore=run_config.RESUMABLE_SETTINGS)
+        schema.require_same_settings(f"the checkpoint {ckpt.directory}", record.settings,
+                                         schema.settings(setup.run), ignore=schema.RESUMABLE_SETTINGS)
         return {"params": setup.params, "opt_state": optimizer.init(setup.params),
                 "allocator": allocator.state_template(record.allocator)}
 
@@ -191,7 +171,7 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
         params, opt_state, record = _restore(setup, ckpt, allocator, optimizer)
         start, position, after_sft = record.step, record.data_position, record.after_sft
         if start > run.rl.steps:
-            raise run_config.ConfigError(
+            raise schema.ConfigError(
                 f"config field 'rl.steps'={run.rl.steps} is below the step of the checkpoint to resume "
                 f"({start}, in {ckpt.directory}): its params are later than the run asked for; use "
                 f"rl.steps >= {start} or another workdir")
@@ -223,7 +203,7 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
                                             sampled=sampled), prefix="eval/")
             if step % run.checkpoint.every == 0 or last or stop.stop:
                 saved = CheckpointRecord(step=step, data_position=position, after_sft=after_sft,
-                                         allocator=allocator.host_state(), settings=run_config.settings(run))
+                                         allocator=allocator.host_state(), settings=schema.settings(run))
                 ckpt.save(step, {"params": params, "opt_state": opt_state, "allocator": allocator.state()},
                           saved.to_json())
             if stop.stop:

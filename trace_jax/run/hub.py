@@ -39,8 +39,8 @@ def fetch_checkpoint(repo_id: str, target: str) -> str:
 def fetch_gsm8k(target: str, *, train_rows: int, test_rows: int) -> tuple[str, str]:
     """The first `train_rows` / `test_rows` rows of GSM8K's train and test splits as the released JSONL
     (`{"question", "answer": "... #### 72"}`) in `target`; returns (train_path, test_path)."""
-    from huggingface_hub import hf_hub_download
     import pyarrow.parquet as pq
+    from huggingface_hub import hf_hub_download
     repo, files = GSM8K
     os.makedirs(target, exist_ok=True)
     paths = []

@@ -1,4 +1,4 @@
-"""The checks a run configuration passes before any compute (`run_config.from_config_dict` calls them): every
+"""The checks a run configuration passes before any compute (`files.from_config_dict` runs them after `schema.parse`): every
 field's type and range (`FIELD_RANGES`), the files a dataset source reads, and the fields that must agree
 with each other (presets and checkpoints, formats and tokenizers, budgets, meshes). Each error names the
 field."""
@@ -11,6 +11,7 @@ import os
 
 import jax
 
+from trace_jax.config.schema import ConfigError, EvalSection, RunConfig, TaskSection, section_classes
 from trace_jax.envs import SOURCES
 from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
 from trace_jax.envs.formats import FORMATS
@@ -18,7 +19,6 @@ from trace_jax.envs.tasks.datasets import DATASETS
 from trace_jax.models.config import REMAT_POLICIES
 from trace_jax.models.presets import PRESETS
 from trace_jax.rollout.agent_loop import MAX_TURNS
-from trace_jax.run_config import ConfigError, EvalSection, RunConfig, TaskSection, section_classes
 
 
 @dataclasses.dataclass(frozen=True)
