@@ -65,3 +65,41 @@ def test_decoding_in_waves_bounds_the_resident_sampler_states(tmp_path):
     assert dropped["prefix_wave"] * archived.budget.rollouts == kept["archive"] * 64
     # 36 layers x 8 KV heads x 128 x (k, v) x bf16 = 147456 bytes a token: 64 rows x 4608 tokens, plus small fields
     assert 64 * 4608 * 147456 <= dropped["prefix_wave"] < 1.01 * 64 * 4608 * 147456
+
+
+# libtpu's environment (`experiments/install_libtpu.sh`, which CI runs): the TPU compiler plans here, off a TPU
+TPU_PYTHON = os.environ.get("TRACE_JAX_TPU_PYTHON", "/tmp/tpu/bin/python")
+
+
+def _dry_run_for(target: str, mesh: str, python: str) -> dict:
+    out = subprocess.run([python, "experiments/dry_run.py", "--config", "configs/quickstart.py", "--target", target,
+                          "--mesh", mesh], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_tpu_compiler_plans_a_tiny_config_for_a_v5e_slice():
+    has_libtpu = os.path.exists(TPU_PYTHON) and subprocess.run(
+        [TPU_PYTHON, "-c", "import libtpu"], capture_output=True).returncode == 0
+    if not has_libtpu:
+        pytest.skip(f"no libtpu environment at {TPU_PYTHON} (make one: bash experiments/install_libtpu.sh; "
+                    "or set TRACE_JAX_TPU_PYTHON)")
+    result = _dry_run_for("v5e:2x2", "1,2,2", TPU_PYTHON)
+    assert result["compiler"].startswith("libtpu") and "TPU v5 lite" in result["compiler"]
+    assert result["target"] == "v5e:2x2" and result["devices"] == 4 and result["fits"] is True
+    assert set(result["per_device_bytes"]) == {"learner", "decode", "prefill", "tree_expand", "roots"}
+    assert all(v > 0 for v in result["per_device_bytes"].values())
+    assert result["hbm_per_device_bytes"] == 16 * 2 ** 30
+    # the compiled decode program takes the KV cache as the sampling layout declares it: rows over the batch
+    # axes (the mini model's single KV head is not split over tensor: `parallel/rules.py`)
+    kv = result["kv_cache_sharding"]
+    assert kv["compiled"] == kv["layout"] == "P(('data', 'fsdp'), None, None, None)"
+    roofline = result["roofline"]
+    assert roofline["decode"]["min_bytes_per_step"] > 0 and roofline["decode"]["tokens_per_s_per_chip_at_min"] > 0
+    assert all(roofline[p]["roofline_s"] > 0 for p in ("learner", "decode", "prefill", "tree_expand", "roots"))
+
+
+def test_without_libtpu_a_target_falls_back_to_xla_cpu_and_says_so():
+    result = _dry_run_for("v5e:2x2", "1,2,2", sys.executable)
+    assert result["compiler"].startswith("XLA:CPU (fallback: libtpu is not importable")
+    assert result["devices"] == 4 and isinstance(result["fits"], bool) and result["roofline"]
