@@ -113,10 +113,10 @@ if __name__ == "__main__":  # fake devices must exist before JAX starts
     os.environ["XLA_FLAGS"] = " ".join(f for f in flags if f)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import tempfile  # noqa: E402
+from typing import NamedTuple  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -144,8 +144,7 @@ TPU_CHIPS = {"v4": (32 * GIB, 1228e9, 275e12), "v5e": (16 * GIB, 819e9, 197e12),
              "v5p": (95 * GIB, 2765e9, 459e12), "v6e": (32 * GIB, 1640e9, 918e12)}
 
 
-@dataclasses.dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):  # a NamedTuple: tests load this file as a module outside sys.modules
     """What the programs are compiled for: a TPU topology's devices with libtpu, else fake CPU devices."""
 
     name: str  # the topology, "" without --target
