@@ -54,6 +54,13 @@ def test_rollout_equivalents_are_audited_in_the_rollout_unit_and_measured_cost_i
     with pytest.raises(BudgetAuditError, match="spent 30.5"):
         audit("trace", _run(budget__unit="rollouts"), steps)
     audit("trace", _run(budget__unit="tokens", budget__tokens=100), steps)  # 100 tokens a step, as capped
+    # a step whose bare rollouts used the whole cost target: 18 started and spent, M planned 34 (a collapsing
+    # policy's long rollouts in the decisive screen): at the cost target, so it passes
+    audit("trace", _run(budget__unit="tokens", budget__tokens=100),
+          _steps(dict(started=18, spent=18, planned=34), dict(started=40, spent=30.5), dict(spent=32)))
+    with pytest.raises(BudgetAuditError, match="step 1: 18 rollouts started"):  # grpo has no such excuse
+        audit("grpo", _run(allocator__name="grpo", budget__unit="tokens", budget__tokens=100),
+              _steps(dict(started=18, planned=34), {}, {}))
     with pytest.raises(BudgetAuditError, match=r"step 2: measured cost 200 after 2 steps is \+2.00"):
         audit("trace", _run(budget__unit="tokens", budget__tokens=50), steps)
 
