@@ -3,7 +3,7 @@
 Each step it predicts every candidate prompt's success p with the trainer's shared predictor, scores
 it by p(1 - p) (how uncertain the outcome is) + bonus / sqrt(1 + times chosen before), gives the B
 best M/B rollouts each, and updates the predictor on their outcomes. Its per-prompt counts survive
-restarts through `host_state`. Registered as "uncertainty": import this module in a config file.
+restarts through `state()` / `restore()`. Registered as "uncertainty": import this module in a config file.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import dataclasses
 
 import numpy as np
 
-from trace_jax.allocation.base import ALLOCATORS, AllocatorConfig, PredictorAllocator, StepOutcome, task_key
+from trace_jax.allocation.base import (ALLOCATORS, AllocatorConfig, AllocatorState, PredictorAllocator, StepOutcome,
+                                      task_key)
 from trace_jax.allocation.budget import spread
 from trace_jax.allocation.predictor import featurize
 
@@ -53,9 +54,10 @@ class Uncertainty(PredictorAllocator):
             self.chosen[str(task_key(tree.task))] = self.chosen.get(str(task_key(tree.task)), 0) + 1
         return StepOutcome(trees=trees, root_counts=tuple(counts), predictor_loss=self.predictor.update(trees))
 
-    def host_state(self):
-        return {**super().host_state(), "chosen": dict(self.chosen)}
+    def state(self) -> AllocatorState:
+        base = super().state()
+        return dataclasses.replace(base, host={**base.host, "chosen": dict(self.chosen)})
 
-    def load_host_state(self, state):
-        super().load_host_state(state)
-        self.chosen = dict(state["chosen"])
+    def restore(self, state: AllocatorState) -> None:
+        super().restore(state)
+        self.chosen = dict(state.host["chosen"])

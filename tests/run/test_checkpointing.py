@@ -9,13 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trace_jax.run.checkpointing import (
-    CHECKSUMS,
-    Checkpointer,
-    CheckpointError,
-    CheckpointMismatchError,
-    require_checkpoint_dir,
-)
+from trace_jax.run.checkpointing import (CHECKSUMS, Checkpointer, CheckpointError, CheckpointMismatchError,
+                                         require_checkpoint_dir)
 
 
 def _arrays(value: float):

@@ -106,6 +106,14 @@ def spend_leftover(engine: RolloutEngine, trees: list[RolloutTree], rollouts: in
         engine.expand(trees, [(i, 0, k) for i, k in enumerate(spread(rollouts, len(trees))) if k])
 
 
+@dataclasses.dataclass(frozen=True)
+class AllocatorState:
+    """An allocator's checkpointed state: `arrays` saved with orbax, `host` (JSON-able) in the checkpoint's record."""
+
+    arrays: dict
+    host: dict
+
+
 class Allocator(abc.ABC):
     """Base of every allocator. Subclasses implement `allocate` (spend `self.budget` on a pool) and set
     `chooses_prompts` (offered C candidates, else B prompts), `uses_predictor` (built with the
@@ -143,28 +151,24 @@ class Allocator(abc.ABC):
     def allocate(self, engine: RolloutEngine, pool: Sequence[Task]) -> StepOutcome:
         """Spends `self.budget` on `pool` and returns the trees to train on."""
 
-    def state(self) -> dict:
-        """Array state to checkpoint with orbax (e.g. the predictor)."""
-        return {}
+    def state(self) -> AllocatorState:
+        """What a checkpoint keeps: arrays (e.g. the predictor's) and small JSON-able host state (RNG, token
+        meter; subclasses add posteriors, success rates, held-out samples)."""
+        return AllocatorState(arrays={}, host={"rng": self.rng.bit_generator.state,
+                                               **({"meter": self.meter.state()} if self.meter else {})})
 
-    def load_state(self, state: dict, host: dict | None = None) -> None:
-        pass
-
-    def host_state(self) -> dict:
-        """Small JSON-able state to checkpoint (RNG, token meter, posteriors, success rates)."""
-        return {"rng": self.rng.bit_generator.state, **({"meter": self.meter.state()} if self.meter else {})}
-
-    def load_host_state(self, state: dict) -> None:
-        self.rng.bit_generator.state = state["rng"]
+    def restore(self, state: AllocatorState) -> None:
+        """Back to a `state()` (its host part possibly through JSON)."""
+        self.rng.bit_generator.state = state.host["rng"]
         if self.meter is not None:
-            if "meter" not in state:
+            if "meter" not in state.host:
                 raise ValueError("the checkpoint has no token meter state: it was written under budget.unit="
                                  "'rollouts'")
-            self.meter.load(state["meter"])
+            self.meter.load(state.host["meter"])
 
-    def state_template(self, host: dict) -> dict:
-        """The array structure of `state()` as checkpointed with this host state."""
-        return self.state()
+    def template(self, host: dict) -> dict:
+        """The structure of `state().arrays` when `host` was saved: what orbax reads the arrays into."""
+        return self.state().arrays
 
 
 class PredictorAllocator(Allocator):
@@ -177,14 +181,14 @@ class PredictorAllocator(Allocator):
         super().__init__(config, budget, seed=seed, predictor=predictor)
         self.predictor = predictor
 
-    def state(self):
-        return {"predictor": self.predictor.state()}
+    def state(self) -> AllocatorState:
+        base = super().state()
+        return AllocatorState(arrays={**base.arrays, "predictor": self.predictor.state()},
+                              host={**base.host, "predictor": self.predictor.host_state()})
 
-    def host_state(self):
-        return {**super().host_state(), "predictor": self.predictor.host_state()}
+    def restore(self, state: AllocatorState) -> None:
+        super().restore(state)
+        self.predictor.load_state(state.arrays["predictor"], state.host["predictor"])
 
-    def state_template(self, host):
+    def template(self, host: dict) -> dict:
         return {"predictor": self.predictor.state_template(host["predictor"])}
-
-    def load_state(self, state, host=None):
-        self.predictor.load_state(state["predictor"], None if host is None else host["predictor"])

@@ -8,16 +8,8 @@ import dataclasses
 import numpy as np
 
 from trace_jax.allocation import solvers
-from trace_jax.allocation.base import (
-    ALLOCATORS,
-    Allocator,
-    AllocatorConfig,
-    PredictorAllocator,
-    StepOutcome,
-    leaf_success,
-    sample_roots,
-    task_key,
-)
+from trace_jax.allocation.base import (ALLOCATORS, Allocator, AllocatorConfig, PredictorAllocator, StepOutcome,
+                                      leaf_success, sample_roots, task_key)
 from trace_jax.allocation.budget import spread
 from trace_jax.allocation.predictor import featurize
 
@@ -96,12 +88,14 @@ class _PerPromptHistory(Allocator):
         super().__init__(config, budget, **kwargs)
         self.history: dict[int, list[float]] = {}
 
-    def host_state(self):
-        return {**super().host_state(), self.history_key: [[k, *v] for k, v in sorted(self.history.items())]}
+    def state(self) -> AllocatorState:
+        base = super().state()
+        history = [[k, *v] for k, v in sorted(self.history.items())]
+        return dataclasses.replace(base, host={**base.host, self.history_key: history})
 
-    def load_host_state(self, state):
-        super().load_host_state(state)
-        self.history = {int(k): [float(x) for x in v] for k, *v in state[self.history_key]}
+    def restore(self, state: AllocatorState) -> None:
+        super().restore(state)
+        self.history = {int(k): [float(x) for x in v] for k, *v in state.host[self.history_key]}
 
 
 @ALLOCATORS.register("mopps", config=MoPPSConfig)

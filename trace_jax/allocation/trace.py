@@ -26,7 +26,8 @@ import dataclasses
 import numpy as np
 
 from trace_jax.allocation import solvers
-from trace_jax.allocation.base import ALLOCATORS, AllocatorConfig, PredictorAllocator, StepOutcome, spend_leftover
+from trace_jax.allocation.base import (ALLOCATORS, AllocatorConfig, AllocatorState, PredictorAllocator, StepOutcome,
+                                      spend_leftover)
 from trace_jax.allocation.budget import BudgetConfig, spread
 from trace_jax.allocation.calibration import calibration
 from trace_jax.allocation.predictor import featurize
@@ -128,12 +129,13 @@ class TRACE(PredictorAllocator):
             return KAPPA_COLD_START
         return solvers.fit_kappa(*np.asarray(self.noise_samples, np.float64).T)
 
-    def host_state(self):
-        return {**super().host_state(), "noise_samples": self.noise_samples}
+    def state(self) -> AllocatorState:
+        base = super().state()
+        return dataclasses.replace(base, host={**base.host, "noise_samples": self.noise_samples})
 
-    def load_host_state(self, state):
-        super().load_host_state(state)
-        self.noise_samples = [list(x) for x in state.get("noise_samples", [])]
+    def restore(self, state: AllocatorState) -> None:
+        super().restore(state)
+        self.noise_samples = [list(x) for x in state.host.get("noise_samples", [])]
 
     def _root_budget(self) -> int:
         b, c = self.budget, self.config

@@ -20,6 +20,7 @@ from trace_jax.envs.protocol import DataError, Task
 from trace_jax.envs.splits import split_of
 from trace_jax.envs.tools.search import Document
 
+
 __all__ = ["DataError", "jsonl_rows", "load_corpus", "load_gsm8k", "load_hotpotqa", "load_search_r1", "qa_row", "require_field"]
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 
 def _spans_processes(sharding) -> bool:

@@ -20,8 +20,7 @@ from __future__ import annotations
 import re
 
 import jax
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from trace_jax.parallel.host import to_device
 

@@ -15,6 +15,7 @@ import numpy as np
 from trace_jax.registry import Registry
 from trace_jax.rollout.tree import RolloutTree
 
+
 BASELINES = ("all_leaves", "root_rollouts")
 
 

@@ -40,15 +40,8 @@ from trace_jax.sampling import decode
 from trace_jax.sampling.engine import Generation, fork_rows
 from trace_jax.sampling.fork import concat_states, gather_rows, merged_row, plan_fork
 from trace_jax.sampling.rows import copy_rows, extend_rows, place_rows
-from trace_jax.sampling.state import (
-    SamplerState,
-    batch_bucket,
-    empty_state,
-    grow,
-    mesh_of,
-    row_processes,
-    rows_multiple,
-)
+from trace_jax.sampling.state import (SamplerState, batch_bucket, empty_state, grow, mesh_of, row_processes,
+                                      rows_multiple)
 
 
 class RolloutEngine(Protocol):

@@ -10,7 +10,6 @@ how much of the bought contrast is usable.
 from __future__ import annotations
 
 import dataclasses
-
 import numpy as np
 
 

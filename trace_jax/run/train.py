@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from trace_jax import allocation
+from trace_jax.allocation.base import AllocatorState
 from trace_jax.allocation.predictor import SuccessPredictor, feature_width
 from trace_jax.config import schema
 from trace_jax.models import hf_io
@@ -111,12 +112,11 @@ def _restore(setup: Setup, ckpt: Checkpointer, allocator, optimizer):
         schema.require_same_settings(f"the checkpoint {ckpt.directory}", record.settings,
                                          schema.settings(setup.run), ignore=schema.RESUMABLE_SETTINGS)
         return {"params": setup.params, "opt_state": optimizer.init(setup.params),
-                "allocator": allocator.state_template(record.allocator)}
+                "allocator": allocator.template(record.allocator)}
 
     arrays, stored, _ = ckpt.restore_latest(target)
     record = CheckpointRecord.from_json(stored)
-    allocator.load_host_state(record.allocator)
-    allocator.load_state(arrays.get("allocator", {}), record.allocator)
+    allocator.restore(AllocatorState(arrays=arrays.get("allocator", {}), host=record.allocator))
     return arrays["params"], arrays["opt_state"], record
 
 
@@ -202,10 +202,10 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
                 writer.write(step, held_out(setup, params, outcomes_path=_outcomes_path(workdir, step),
                                             sampled=sampled), prefix="eval/")
             if step % run.checkpoint.every == 0 or last or stop.stop:
+                kept = allocator.state()
                 saved = CheckpointRecord(step=step, data_position=position, after_sft=after_sft,
-                                         allocator=allocator.host_state(), settings=schema.settings(run))
-                ckpt.save(step, {"params": params, "opt_state": opt_state, "allocator": allocator.state()},
-                          saved.to_json())
+                                         allocator=kept.host, settings=schema.settings(run))
+                ckpt.save(step, {"params": params, "opt_state": opt_state, "allocator": kept.arrays}, saved.to_json())
             if stop.stop:
                 log("stopped by signal; resume by running the same command again")
                 return {"interrupted": True, "steps": step}

@@ -1,8 +1,8 @@
 """The rollout engine: jitted prefill/decode with a donated KV cache, `extend`, `generate`, `tree_expand`."""
 
 from trace_jax.sampling.engine import Generation, decode, extend, generate, start, tree_expand, truncate
-from trace_jax.sampling.fork import gather_rows
 from trace_jax.sampling.select import SamplingParams
+from trace_jax.sampling.fork import gather_rows
 from trace_jax.sampling.state import SamplerState
 
 __all__ = ["Generation", "SamplerState", "SamplingParams", "decode", "extend", "gather_rows", "generate", "start",

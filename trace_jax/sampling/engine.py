@@ -26,19 +26,8 @@ from trace_jax.models.transformer import Params, forward, unembed
 from trace_jax.parallel.host import to_host
 from trace_jax.sampling.fork import ForkPlan, gather_rows, plan_fork
 from trace_jax.sampling.select import SamplingParams, select
-from trace_jax.sampling.state import (
-    SamplerState,
-    batch_bucket,
-    chunk_bucket,
-    constrain,
-    empty_state,
-    grow,
-    length_bucket,
-    mesh_of,
-    put_replicated,
-    put_rows,
-    rows_multiple,
-)
+from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, constrain, empty_state, grow,
+                                      length_bucket, mesh_of, put_replicated, put_rows, rows_multiple)
 
 MAX_CHUNK = 512
 

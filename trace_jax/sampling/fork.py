@@ -27,20 +27,11 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, PartitionSpec as P
 
 from trace_jax.parallel.rules import BATCH_AXES
-from trace_jax.sampling.state import (
-    SamplerState,
-    batch_bucket,
-    constrain,
-    grow,
-    mesh_of,
-    put_rows,
-    rows_multiple,
-    state_specs,
-)
+from trace_jax.sampling.state import (SamplerState, batch_bucket, constrain, grow, mesh_of, put_rows, rows_multiple,
+                                      state_specs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,8 @@ import numpy as np
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
 from trace_jax.sampling.engine import MAX_CHUNK, _append_body, _host_lengths, _refeed_last, ensure_capacity
-from trace_jax.sampling.state import SamplerState, batch_bucket, chunk_bucket, constrain, grow, mesh_of, put_replicated
+from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, constrain, grow, mesh_of,
+                                      put_replicated)
 
 
 def _take_rows(state: SamplerState, rows) -> SamplerState:

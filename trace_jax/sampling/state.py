@@ -24,8 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from trace_jax.models.cache import KVCache, init_cache
 from trace_jax.models.config import ModelConfig
