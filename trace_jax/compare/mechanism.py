@@ -29,7 +29,7 @@ from trace_jax.allocation.calibration import auc
 from trace_jax.compare.audit import audit_cost
 from trace_jax.compare.store import cached
 from trace_jax.config.schema import SFT_SETTINGS, settings
-from trace_jax.rl import learner
+from trace_jax.rl import learner, updates
 from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import Ledger, step_statistics
@@ -41,7 +41,7 @@ def _gradient(setup, run, params, trees, advantage) -> np.ndarray | None:
     sequences = estimate(trees, advantage)
     if not sequences:
         return None
-    batch = jax.device_put(learner.build_batch(trees, sequences, run.learner.micro_batch))
+    batch = jax.device_put(updates.full_batch(trees, sequences, run.learner))
     grads, totals = learner.gradients(setup.model_config, run.loss, params, batch)
     flat, _ = ravel_pytree(jax.device_get(grads))
     return np.asarray(flat, np.float64) * float(jax.device_get(totals["tokens"]))

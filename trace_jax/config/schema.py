@@ -260,7 +260,7 @@ def parse(config) -> RunConfig:
 # field except those a resumed run may change (train longer, evaluate differently, another mesh).
 SFT_SETTINGS = ("model", "task", "sft")
 RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "eval",
-                      "checkpoint", "mesh", "learner.remat")
+                      "checkpoint", "mesh", "learner.remat", "learner.layout")
 
 
 # Fields added after runs were stored under `settings`: left out while they hold these values (which keep
@@ -269,7 +269,7 @@ ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path":
                 "task.search_url": "", "task.action_format": "react", "task.thinking": True, "task.f1_success": 0.0,
                 "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": False, "sft.max_difficulty": 0,
                 "rl.keep_prefixes": True, "learner.remat": "dots", "learner.mini_batches": 1, "learner.epochs": 1,
-                "learner.split_trees": False, "advantage.baseline": "all_leaves",
+                "learner.split_trees": False, "learner.layout": "paths", "advantage.baseline": "all_leaves",
                 "allocator.prefix_cost": "tokens", "eval.sample_every": 0}
 
 

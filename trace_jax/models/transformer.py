@@ -15,75 +15,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from trace_jax.models.attention import (_MASKED, ATTENTION_BLOCK, CausalMask, _blocked_attention,
+                                        _einsum_attention, _fused_attention, fused_attention_implementation)
 from trace_jax.models.cache import KVCache
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.rope import apply_rope, sin_cos
 
 Params = dict[str, Any]
-_MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (not NaN) softmax
 _REMAT = {"dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
           "layer": jax.checkpoint_policies.nothing_saveable}
-# A full-sequence pass (the learner's) longer than this attends in blocks of this many queries, so the
-# scores it holds at once are [B, N, block, S], never [B, N, S, S] (16k tokens x 32 heads: 32 GB a row).
-ATTENTION_BLOCK = 1024
-
-
-@struct.dataclass
-class CausalMask:
-    """A full sequence's self-attention mask, kept implicit: query s sees the keys t <= s that are real
-    tokens (`valid` [B, S]). `dense` builds any block of queries' rows of it."""
-
-    valid: jax.Array
-
-    def dense(self, start=0, length: int | None = None):
-        """[B, length, S]: the rows of queries start .. start + length - 1."""
-        S = self.valid.shape[1]
-        queries = start + jnp.arange(S if length is None else length)
-        return (queries[:, None] >= jnp.arange(S)[None, :])[None] & self.valid[:, None, :]
-
-
-def fused_attention_implementation(dtype) -> str | None:
-    """The `jax.nn.dot_product_attention` implementation for multi-token attention (prefill chunks and the
-    learner's full sequences), or None for our own einsum path. GPUs in bf16/fp16 get cuDNN's fused kernel;
-    CPUs (and f32) keep the einsum path, which reads the cache in its own layout with no transpose.
-    Decoding (one query per row) always takes the einsum path: it is bound by reading the cache, which the
-    multiply-reduce streams once in place, where a fused call would first transpose the whole cache."""
-    if jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
-        return "cudnn"
-    return None
-
-
-def _fused_attention(q, keys, values, mask, implementation: str):
-    """q [B, S, K, G, H]; keys, values [B, T, K, H]; mask [B, S, T] -> [B, S, K, G, H]."""
-    B, S, K, G, H = q.shape
-    out = jax.nn.dot_product_attention(q.reshape(B, S, K * G, H), keys, values, mask=mask[:, None],
-                                       scale=H ** -0.5, implementation=implementation)
-    # a query with nothing to attend to (padding) gives zeros, whatever the kernel does with it
-    return jnp.where(mask.any(-1)[:, :, None, None], out, 0).reshape(B, S, K, G, H)
-
-
-def _einsum_attention(q, keys, values, mask):
-    """q [B, S, K, G, H]; keys [B, K, H, T]; values [B, K, T, H]; mask [B, S, T] -> [B, S, K, G, H]."""
-    scores = jnp.einsum("BSKGH,BKHT->BKGST", q, keys, preferred_element_type=jnp.float32) * (q.shape[-1] ** -0.5)
-    probs = jax.nn.softmax(jnp.where(mask[:, None, None, :, :], scores, _MASKED), axis=-1)
-    return jnp.einsum("BKGST,BKTH->BSKGH", probs.astype(values.dtype), values)
-
-
-def _blocked_attention(q, keys, values, mask: CausalMask, block: int):
-    """`_einsum_attention` over blocks of `block` queries (a scan; each block's scores are recomputed in the
-    backward pass rather than stored), its mask rows built per block: the same rows, O(block * S) memory."""
-    B, S, K, G, H = q.shape
-    n = -(-S // block)
-    q = jnp.pad(q, [(0, 0), (0, n * block - S), (0, 0), (0, 0), (0, 0)])
-    q = q.reshape(B, n, block, K, G, H).swapaxes(0, 1)
-
-    @jax.checkpoint
-    def one(_, xs):
-        i, q_block = xs
-        return None, _einsum_attention(q_block, keys, values, mask.dense(i * block, block))
-
-    _, out = jax.lax.scan(one, None, (jnp.arange(n), q))
-    return out.swapaxes(0, 1).reshape(B, n * block, K, G, H)[:, :S]
 
 
 def _init(std=0.02):
@@ -222,7 +162,8 @@ class Transformer(nnx.Module):
         """hidden [..., D] -> logits [..., V] through the (tied or separate) LM head."""
         return self.embed_tokens.attend(hidden) if self.config.tie_word_embeddings else self.lm_head(hidden)
 
-    def __call__(self, tokens, positions, cache: KVCache | None = None, attention_mask=None, return_logits=True):
+    def __call__(self, tokens, positions, cache: KVCache | None = None, attention_mask=None, return_logits=True,
+                 segments=None):
         c = self.config
         B, S = tokens.shape
         valid = jnp.ones((B, S), bool) if attention_mask is None else attention_mask.astype(bool)
@@ -231,7 +172,7 @@ class Transformer(nnx.Module):
         layer_def, layer_state = nnx.split(self.layers)
         middle = None
         if cache is None:
-            mask = CausalMask(valid)
+            mask = CausalMask(valid) if segments is None else CausalMask(valid, *segments)
 
             def body(h, state):
                 h, _ = nnx.merge(layer_def, state)(h, sin, cos, mask)
@@ -320,7 +261,7 @@ class ForwardOutput:
 
 
 def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCache | None = None,
-            attention_mask=None, *, return_logits: bool = True) -> ForwardOutput:
+            attention_mask=None, *, return_logits: bool = True, segments=None) -> ForwardOutput:
     """The model as a pure function.
 
     Args:
@@ -335,13 +276,17 @@ def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCac
         right-padded (valid tokens first); without one any pattern works (keys are masked).
       return_logits: False skips the LM head (logits None): a prefill that needs only the
         last position's logits applies `unembed` to that hidden state instead of [B, S, V].
+      segments: (enter, exit) [B, S] for packed trees without a cache (`CausalMask`): each token
+        attends to its own path's earlier tokens only.
 
     Returns:
       ForwardOutput(logits, hidden, cache, middle).
     """
     model = nnx.merge(_abstract(config)[0], params)
+    if segments is not None and cache is not None:
+        raise ValueError("segments (packed trees) apply to a full-sequence pass, not to a cached one")
     logits, hidden, middle, cache = model(tokens, positions, cache=cache, attention_mask=attention_mask,
-                                          return_logits=return_logits)
+                                          return_logits=return_logits, segments=segments)
     return ForwardOutput(logits=logits, hidden=hidden, cache=cache, middle=middle)
 
 

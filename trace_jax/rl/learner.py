@@ -19,7 +19,7 @@ from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
 from trace_jax.parallel.host import to_device, to_host
 from trace_jax.rl.advantages import Sequence
-from trace_jax.rl.logprobs import sequence_logprobs
+from trace_jax.rl.logprobs import packed_logprobs, sequence_logprobs
 from trace_jax.rl.losses import LossConfig, get_loss
 from trace_jax.rollout.tree import RolloutTree
 from trace_jax.sampling.state import batch_bucket, length_bucket
@@ -43,6 +43,10 @@ class LearnerConfig:
       remat: what the backward pass keeps of each layer (`ModelConfig.remat`): "dots" (default) or "layer"
         (least memory; each layer's forward runs twice: on a CPU the same step time, measured by
         experiments/bench_learner.py, more where matmuls dominate; long sequences on small devices).
+      layout: "paths" (default): one row per leaf path, its whole context included, so a tree's shared
+        turns are computed once per leaf below them; "packed" (`rl/packing.py`): each tree's nodes once,
+        depth-first, several trees per row, attention restricted to each token's own path: the same loss
+        and gradients with every shared token computed once.
     """
 
     learning_rate: float = 1e-4
@@ -53,6 +57,11 @@ class LearnerConfig:
     epochs: int = 1
     split_trees: bool = False
     remat: str = "dots"
+    layout: str = "paths"
+
+    def __post_init__(self):
+        if self.layout not in ("paths", "packed"):
+            raise ValueError(f"learner.layout must be 'paths' or 'packed', got {self.layout!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -144,14 +153,20 @@ def _gradients(model_config: ModelConfig, loss_config: LossConfig, params: Param
     micro-batches, and the summed loss metrics."""
     loss_impl = get_loss(loss_config)
     mask = batch["mask"]
+    packed = "sources" in batch  # `rl/packing.py`'s layout, else one row per leaf path
     if loss_config.aggregation == "token_mean":
         normalizer = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
+    elif packed:  # each sequence's entries' weights sum to 1
+        normalizer = jnp.maximum(jnp.round(jnp.sum(batch["sequence_weights"] * mask)), 1).astype(jnp.float32)
     else:
         normalizer = jnp.maximum(jnp.any(mask, axis=-1).sum(), 1).astype(jnp.float32)
 
     def loss_fn(p, micro):
-        new, entropy = sequence_logprobs(model_config, p, micro["tokens"], micro["valid"], micro["targets"],
-                                         loss_config.temperature)
+        if packed:
+            new, entropy = packed_logprobs(model_config, p, micro, loss_config.temperature)
+        else:
+            new, entropy = sequence_logprobs(model_config, p, micro["tokens"], micro["valid"], micro["targets"],
+                                             loss_config.temperature)
         return loss_impl(new, entropy, micro, loss_config, normalizer)
 
     def accumulate(carry, micro):

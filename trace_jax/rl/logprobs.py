@@ -31,6 +31,27 @@ def sequence_logprobs(config: ModelConfig, params: Params, tokens, valid, target
         logits = forward(config, params, tokens, positions, attention_mask=valid).logits
         return token_logprobs(logits, targets, temperature)
     hidden = forward(config, params, tokens, positions, attention_mask=valid, return_logits=False).hidden
+    return _blocked_head(config, params, hidden, targets, temperature, block)
+
+
+def packed_logprobs(config: ModelConfig, params: Params, batch, temperature: float):
+    """Packed trees (`rl/packing.py`): one forward pass over rows of depth-first laid-out nodes (`positions`:
+    each token's place on its own path; `enter`, `exit`: the ancestor-or-self attention rule), then the
+    log-prob and entropy of each target entry [N, E], read at its source position (the token before it on
+    its path: the parent's last token for a node's first one, so one position predicts each child)."""
+    hidden = forward(config, params, batch["tokens"], batch["positions"], attention_mask=batch["valid"],
+                     return_logits=False, segments=(batch["enter"], batch["exit"])).hidden
+    hidden = jnp.take_along_axis(hidden, batch["sources"][..., None], axis=1)  # [N, E, D]
+    block = memory.logits_block(config, hidden.shape[0])
+    if block >= hidden.shape[1]:
+        return token_logprobs(unembed(config, params, hidden), batch["targets"], temperature)
+    return _blocked_head(config, params, hidden, batch["targets"], temperature, block)
+
+
+def _blocked_head(config: ModelConfig, params: Params, hidden, targets, temperature: float, block: int):
+    """hidden [N, L, D], targets [N, L] -> (log-prob, entropy) [N, L]: the LM head over blocks of `block`
+    positions in a scan, each block's logits recomputed in the backward pass."""
+    N, L = targets.shape
     n = -(-L // block)
     hidden = jnp.pad(hidden, [(0, 0), (0, n * block - L), (0, 0)]).reshape(N, n, block, -1).swapaxes(0, 1)
     targets = jnp.pad(targets, [(0, 0), (0, n * block - L)]).reshape(N, n, block).swapaxes(0, 1)

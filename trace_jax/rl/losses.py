@@ -39,7 +39,8 @@ class LossConfig:
 def ppo_clip(new, entropy, batch, config: LossConfig, normalizer):
     """Returns (summed loss / normalizer, metrics sums). new, entropy: the policy's log-prob of each target
     and its entropy at temperature config.temperature; batch: targets, mask, advantages, old_logprobs (and
-    ref_logprobs when kl_coef > 0), all [N, L]; normalizer: total trained tokens (token_mean) or sequences
+    ref_logprobs when kl_coef > 0), all [N, L] (packed trees: [N, E] target entries, with `sequence_weights`, 1 /
+    the trained tokens of each entry's sequence); normalizer: total trained tokens (token_mean) or sequences
     (sequence_mean) of the whole accumulated batch."""
     mask = batch["mask"].astype(jnp.float32)
     log_ratio = new - batch["old_logprobs"]
@@ -52,6 +53,8 @@ def ppo_clip(new, entropy, batch, config: LossConfig, normalizer):
         per_token = per_token + config.kl_coef * (jnp.exp(d) - d - 1.0)
     if config.aggregation == "token_mean":
         weights = mask
+    elif "sequence_weights" in batch:  # packed trees: a row holds several sequences' tokens
+        weights = mask * batch["sequence_weights"]
     else:  # each sequence's tokens share weight 1
         weights = mask / jnp.maximum(mask.sum(axis=1, keepdims=True), 1.0)
     loss = jnp.sum(per_token * weights) / normalizer

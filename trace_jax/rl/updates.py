@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trace_jax.rl import learner
+from trace_jax.rl import learner, packing
 from trace_jax.rl.advantages import Sequence
 from trace_jax.rl.learner import LearnerConfig, LearnerMetrics
 from trace_jax.rollout.tree import RolloutTree
@@ -45,15 +45,26 @@ def mini_batches(trees: list[RolloutTree], sequences: list[Sequence], config: Le
 
 def plan(trees: list[RolloutTree], sequences: list[Sequence], config: LearnerConfig, seed: int
          ) -> list[dict[str, np.ndarray]]:
-    """The step's update batches in order (epoch by epoch), all [num_micro, micro_batch, L] of one shape;
-    empty mini-batches are left out."""
+    """The step's update batches in order (epoch by epoch), all of one shape ([num_micro, micro_batch, L]; the
+    packed layout's entry arrays [num_micro, micro_batch, E]); empty mini-batches are left out."""
     rng = np.random.default_rng(seed)
     epochs = [mini_batches(trees, sequences, config, rng) for _ in range(config.epochs)]
     groups = [g for groups in epochs for g in groups if g]
+    if config.layout == "packed":
+        layouts = [packing.units(trees, [sequences[i] for i in g]) for g in groups]
+        shape = packing.shape(layouts, config.micro_batch)
+        return [packing.batch(g, config.micro_batch, *shape) for g in layouts]
     length = length_bucket(max(learner.sequence_length(trees, s) for s in sequences))
     rows = max(learner.padded_rows(len(g), config.micro_batch) for g in groups)
     return [learner.build_batch(trees, [sequences[i] for i in g], config.micro_batch, length=length, rows=rows)
             for g in groups]
+
+
+def full_batch(trees: list[RolloutTree], sequences: list[Sequence], config: LearnerConfig) -> dict[str, np.ndarray]:
+    """Every sequence of the step in one batch of the configured layout (the gradient a study measures)."""
+    if config.layout == "packed":
+        return packing.build_packed_batch(trees, sequences, config.micro_batch)
+    return learner.build_batch(trees, sequences, config.micro_batch)
 
 
 def run(learn, params, opt_state, batches: list[dict[str, np.ndarray]], epochs: int = 1):

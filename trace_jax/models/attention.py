@@ -1,0 +1,81 @@
+"""Attention kernels of the full-sequence and cached passes and the implicit causal mask (also the packed
+trees' ancestor-or-self rule): einsum attention, its query-blocked scan for long sequences, and the fused
+`jax.nn.dot_product_attention` path for GPUs. Shapes as in `transformer.py`."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+_MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (not NaN) softmax
+# A full-sequence pass (the learner's) longer than this attends in blocks of this many queries, so the
+# scores it holds at once are [B, N, block, S], never [B, N, S, S] (16k tokens x 32 heads: 32 GB a row).
+ATTENTION_BLOCK = 1024
+
+
+@struct.dataclass
+class CausalMask:
+    """A full sequence's self-attention mask, kept implicit: query s sees the keys t <= s that are real
+    tokens (`valid` [B, S]). Packed trees (`rl/packing.py`) add `enter` and `exit` [B, S]: the row positions
+    where each token's node starts and where that node's subtree ends (nodes laid out depth-first), and
+    key t is then also an ancestor-or-self token of query s: enter[t] <= enter[s] < exit[t]. `dense` builds
+    any block of queries' rows of it, so no [S, S] mask exists beyond one block."""
+
+    valid: jax.Array
+    enter: jax.Array | None = None
+    exit: jax.Array | None = None
+
+    def dense(self, start=0, length: int | None = None):
+        """[B, length, S]: the rows of queries start .. start + length - 1 (rows past S: don't-care)."""
+        S = self.valid.shape[1]
+        queries = start + jnp.arange(S if length is None else length)
+        mask = (queries[:, None] >= jnp.arange(S)[None, :])[None] & self.valid[:, None, :]
+        if self.enter is None:
+            return mask
+        query_enter = jnp.take(self.enter, queries, axis=1, mode="clip")[:, :, None]  # [B, length, 1]
+        return mask & (self.enter[:, None, :] <= query_enter) & (query_enter < self.exit[:, None, :])
+
+
+def fused_attention_implementation(dtype) -> str | None:
+    """The `jax.nn.dot_product_attention` implementation for multi-token attention (prefill chunks and the
+    learner's full sequences), or None for our own einsum path. GPUs in bf16/fp16 get cuDNN's fused kernel;
+    CPUs (and f32) keep the einsum path, which reads the cache in its own layout with no transpose.
+    Decoding (one query per row) always takes the einsum path: it is bound by reading the cache, which the
+    multiply-reduce streams once in place, where a fused call would first transpose the whole cache."""
+    if jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
+        return "cudnn"
+    return None
+
+
+def _fused_attention(q, keys, values, mask, implementation: str):
+    """q [B, S, K, G, H]; keys, values [B, T, K, H]; mask [B, S, T] -> [B, S, K, G, H]."""
+    B, S, K, G, H = q.shape
+    out = jax.nn.dot_product_attention(q.reshape(B, S, K * G, H), keys, values, mask=mask[:, None],
+                                       scale=H ** -0.5, implementation=implementation)
+    # a query with nothing to attend to (padding) gives zeros, whatever the kernel does with it
+    return jnp.where(mask.any(-1)[:, :, None, None], out, 0).reshape(B, S, K, G, H)
+
+
+def _einsum_attention(q, keys, values, mask):
+    """q [B, S, K, G, H]; keys [B, K, H, T]; values [B, K, T, H]; mask [B, S, T] -> [B, S, K, G, H]."""
+    scores = jnp.einsum("BSKGH,BKHT->BKGST", q, keys, preferred_element_type=jnp.float32) * (q.shape[-1] ** -0.5)
+    probs = jax.nn.softmax(jnp.where(mask[:, None, None, :, :], scores, _MASKED), axis=-1)
+    return jnp.einsum("BKGST,BKTH->BSKGH", probs.astype(values.dtype), values)
+
+
+def _blocked_attention(q, keys, values, mask: CausalMask, block: int):
+    """`_einsum_attention` over blocks of `block` queries (a scan; each block's scores are recomputed in the
+    backward pass rather than stored), its mask rows built per block: the same rows, O(block * S) memory."""
+    B, S, K, G, H = q.shape
+    n = -(-S // block)
+    q = jnp.pad(q, [(0, 0), (0, n * block - S), (0, 0), (0, 0), (0, 0)])
+    q = q.reshape(B, n, block, K, G, H).swapaxes(0, 1)
+
+    @jax.checkpoint
+    def one(_, xs):
+        i, q_block = xs
+        return None, _einsum_attention(q_block, keys, values, mask.dense(i * block, block))
+
+    _, out = jax.lax.scan(one, None, (jnp.arange(n), q))
+    return out.swapaxes(0, 1).reshape(B, n * block, K, G, H)[:, :S]
