@@ -1,7 +1,15 @@
-"""The learner step's time and memory under each remat policy, with the LM head in one block or in blocks.
+"""The learner step's time and memory under each remat policy, with the LM head in one block or in blocks;
+and (`--section layouts`) the per-path against the packed tree layout on the trees of real steps.
 
   python experiments/bench_learner.py                    # about 1 min on a 2-core CPU
   python experiments/bench_learner.py --preset small --context 2048 --vocab 0
+  python experiments/bench_learner.py --section layouts  # packed vs paths, real trees (about 15 min)
+
+The layouts section restores the SFT checkpoints the powered grids keep (`experiments/results/powered_math`,
+`powered_funcall`), samples one step of each arm there (GRPO, the paper's TRACE, TRACE global; equal
+rollouts, M of the grid's budget), and times `learner.train_step` on that step's sequences in each layout:
+tokens computed (rows x length of each batch, and the real tokens in it), the step time (median [min, max]
+of alternating repeats, and the paths/packed ratio per round), XLA's memory plan of each compiled step.
 
 Compiles `rl/learner.py`'s train step for each variant (`learner.remat` "dots" / "layer"; the head's logits in
 one block, or in blocks of `--block` positions via `models/memory.LOGITS_BYTES`), then times one step of each
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -40,6 +49,8 @@ def batch_of(rng, vocab: int, num_micro: int, micro: int, context: int) -> dict[
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--section", choices=("remat", "layouts"), default="remat")
+    parser.add_argument("--tasks", default="math,funcall", help="layouts: the powered grids whose trees to use")
     parser.add_argument("--preset", default="mini")
     parser.add_argument("--vocab", type=int, default=32000, help="vocabulary size (0: the preset's)")
     parser.add_argument("--context", type=int, default=1024)
@@ -48,6 +59,8 @@ def main():
     parser.add_argument("--block", type=int, default=128, help="positions per block of the blocked head")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    if args.section == "layouts":
+        return layouts(args.tasks.split(","), args.repeats)
 
     base = get_preset(args.preset, **({"vocab_size": args.vocab} if args.vocab else {}))
     optimizer = learner.make_optimizer(learner.LearnerConfig())
@@ -95,6 +108,89 @@ def main():
               f"XLA plan {r['xla_bytes'] / memory.GIB:.3f} GiB", flush=True)
     print(json.dumps({"preset": args.preset, "vocab": base.vocab_size, "context": args.context, "micro": args.micro,
                       "num_micro": args.num_micro, "block": args.block, "repeats": args.repeats, "variants": result}))
+
+
+def real_step(task: str, arm: str, workdir: str):
+    """(setup, params, trees, sequences) of one step of `arm` from the powered `task` grid's SFT checkpoint."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
+    from trace_jax.compare import grid, results_store
+    from trace_jax.config.files import from_config_dict
+    from trace_jax.rl.advantages import estimate
+    from trace_jax.rollout.agent_loop import RolloutEngine
+    from trace_jax.run import experiment, sft, train
+
+    compare, base = grid.split_config(importlib.import_module(f"configs.compare_{task}").get_config("powered"))
+    base["budget"].update(unit="rollouts", tokens=0)
+    run = from_config_dict(grid.run_config_dict(base, grid.Variant(arm, grid.ARMS[arm]), seed=0))
+    shared = os.path.join(workdir, task)
+    if not results_store.restore_start(compare.results, shared) and not os.path.isdir(os.path.join(shared, "sft")):
+        raise SystemExit(f"no SFT checkpoint under {compare.results}/shared: run that grid first")
+    setup = experiment.build(run, shared)
+    params = sft.warm_start(setup, shared, None)
+    allocator = train.make_allocator(setup)
+    pool, _ = train._pool(experiment.train_tasks(setup), 0, allocator.pool_size, run.seed)
+    outcome = allocator.step(RolloutEngine(setup.policy(params), setup.env, seed=run.seed), pool)
+    return setup, params, outcome.trees, estimate(outcome.trees, run.advantage)
+
+
+def layouts(tasks: list[str], repeats: int) -> None:
+    import dataclasses
+    import tempfile
+
+    from trace_jax.rl import updates
+
+    result = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for task in tasks:
+            for arm in ("grpo", "trace", "trace_global"):
+                setup, params, trees, sequences = real_step(task, arm, workdir)
+                run = setup.run
+                optimizer = learner.make_optimizer(run.learner)
+                compiled, batches, plan = {}, {}, {}
+                for layout in ("paths", "packed"):
+                    config = dataclasses.replace(run.learner, layout=layout, mini_batches=1, epochs=1)
+                    batch = jax.tree.map(jnp.asarray, updates.plan(trees, sequences, config, seed=0)[0])
+                    opt_state = optimizer.init(params)
+                    program = learner.train_step.lower(setup.model_config, run.loss, optimizer, params, opt_state,
+                                                       batch).compile()
+                    m = program.memory_analysis()
+                    plan[layout] = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                                    - m.alias_size_in_bytes)
+                    fresh = jax.tree.map(jnp.copy, (params, opt_state))
+                    jax.block_until_ready(program(*fresh, batch))  # warm-up
+                    compiled[layout], batches[layout] = program, batch
+                times = {layout: [] for layout in compiled}
+                for _ in range(repeats):
+                    for layout, program in compiled.items():
+                        state = jax.tree.map(jnp.copy, (params, optimizer.init(params)))
+                        jax.block_until_ready(state)
+                        t0 = time.perf_counter()
+                        jax.block_until_ready(program(*state, batches[layout]))
+                        times[layout].append(time.perf_counter() - t0)
+                ratios = [p / q for p, q in zip(times["paths"], times["packed"])]
+                key = f"{task} {arm}"
+                result[key] = {
+                    "sequences": len(sequences), "trees": len(trees),
+                    **{f"{layout}_{k}": v for layout in compiled for k, v in (
+                        ("tokens_computed", int(np.prod(batches[layout]["tokens"].shape))),
+                        ("real_tokens", int(np.asarray(batches[layout]["valid"]).sum())),
+                        ("step_s", statistics.median(times[layout])), ("step_s_min", min(times[layout])),
+                        ("step_s_max", max(times[layout])), ("xla_bytes", plan[layout]))},
+                    "speedup": statistics.median(ratios), "speedup_min": min(ratios), "speedup_max": max(ratios)}
+                r = result[key]
+                print(f"{key:>22}: {r['sequences']} sequences in {r['trees']} trees; real tokens paths "
+                      f"{r['paths_real_tokens']} / packed {r['packed_real_tokens']} (computed {r['paths_tokens_computed']}"
+                      f" / {r['packed_tokens_computed']}); step paths {r['paths_step_s']:.3f} s [{r['paths_step_s_min']:.3f}"
+                      f", {r['paths_step_s_max']:.3f}], packed {r['packed_step_s']:.3f} s [{r['packed_step_s_min']:.3f}, "
+                      f"{r['packed_step_s_max']:.3f}]: packed x{r['speedup']:.2f} [{r['speedup_min']:.2f}, "
+                      f"{r['speedup_max']:.2f}] faster; XLA plan paths {r['paths_xla_bytes'] / memory.GIB:.3f} GiB, packed "
+                      f"{r['packed_xla_bytes'] / memory.GIB:.3f} GiB", flush=True)
+                jax.clear_caches()
+    print(json.dumps({"section": "layouts", "repeats": repeats, "machine": f"{os.cpu_count()} CPU cores, "
+                      f"{jax.default_backend()}", "steps": result}))
 
 
 if __name__ == "__main__":

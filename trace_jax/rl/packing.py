@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from trace_jax.rl.advantages import Sequence
-from trace_jax.rl.learner import padded_rows
+from trace_jax.rl.learner import padded_rows, sequence_length
 from trace_jax.rollout.tree import RolloutTree
 from trace_jax.sampling.state import length_bucket
 
@@ -108,13 +108,17 @@ def pack(layouts: list[Unit], length: int) -> list[list[Unit]]:
     return rows
 
 
-def shape(groups: list[list[Unit]], micro_batch: int) -> tuple[int, int, int]:
-    """(length, rows, entries) one batch shape for every group of units (the updates of one step)."""
+def shape(groups: list[list[Unit]], micro_batch: int, path_length: int) -> tuple[int, int, int, int]:
+    """(micro rows, length, rows, entries): one batch shape for every group of units (the updates of one step).
+    A packed row is as long as the longest tree, not the longest path, so a micro-batch holds fewer rows:
+    as many as keep its tokens within the per-path layout's (`micro_batch` rows of `path_length`), so the
+    activations one micro-batch holds are no larger than the per-path layout's."""
     length = length_bucket(max((len(u.tokens) for g in groups for u in g), default=1))
+    micro = max(1, 1 << max(0, (micro_batch * path_length // length).bit_length() - 1))  # a power of two
     packed = [pack(g, length) for g in groups]
-    rows = max(padded_rows(len(p), micro_batch) for p in packed)
+    rows = max(padded_rows(len(p), micro) for p in packed)
     entries = length_bucket(max((sum(len(u.entries) for u in row) for p in packed for row in p), default=1))
-    return length, rows, entries
+    return micro, length, rows, entries
 
 
 def batch(layouts: list[Unit], micro_batch: int, length: int, rows: int, entries: int) -> dict[str, np.ndarray]:
@@ -155,4 +159,5 @@ def batch(layouts: list[Unit], micro_batch: int, length: int, rows: int, entries
 def build_packed_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch: int) -> dict[str, np.ndarray]:
     """The packed batch of `sequences` at its own buckets (`learner.build_batch`'s counterpart)."""
     layouts = units(trees, sequences)
-    return batch(layouts, micro_batch, *shape([layouts], micro_batch))
+    path_length = length_bucket(max(sequence_length(trees, s) for s in sequences))
+    return batch(layouts, *shape([layouts], micro_batch, path_length))

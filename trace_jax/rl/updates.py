@@ -50,11 +50,11 @@ def plan(trees: list[RolloutTree], sequences: list[Sequence], config: LearnerCon
     rng = np.random.default_rng(seed)
     epochs = [mini_batches(trees, sequences, config, rng) for _ in range(config.epochs)]
     groups = [g for groups in epochs for g in groups if g]
+    length = length_bucket(max(learner.sequence_length(trees, s) for s in sequences))
     if config.layout == "packed":
         layouts = [packing.units(trees, [sequences[i] for i in g]) for g in groups]
-        shape = packing.shape(layouts, config.micro_batch)
-        return [packing.batch(g, config.micro_batch, *shape) for g in layouts]
-    length = length_bucket(max(learner.sequence_length(trees, s) for s in sequences))
+        shape = packing.shape(layouts, config.micro_batch, length)
+        return [packing.batch(g, *shape) for g in layouts]
     rows = max(learner.padded_rows(len(g), config.micro_batch) for g in groups)
     return [learner.build_batch(trees, [sequences[i] for i in g], config.micro_batch, length=length, rows=rows)
             for g in groups]
