@@ -1,5 +1,5 @@
 """Qwen3-8B with TRACE on BFCL v4 multi-turn (base, miss_func, miss_param, long_context; 80/20 train/test) on
-the official stateful backends, judged as the official multi-turn checker judges (`trace_jax/envs/bfcl_multi_turn.py`),
+the official stateful backends, judged as the official multi-turn checker judges (`trace_jax/envs/bfcl/multi_turn.py`),
 for users with accelerators and weights (nothing is downloaded; paths checked before compute).
 
   pip install --no-deps bfcl-eval==2026.3.23

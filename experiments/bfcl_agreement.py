@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
-from trace_jax.envs.bfcl import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl  # noqa: E402
+from trace_jax.envs.bfcl.single_turn import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl  # noqa: E402
 from trace_jax.envs.tools.functions import Call  # noqa: E402
 
 flags.DEFINE_string("package", "/tmp/bfcl/pkg", "Directory holding the unpacked bfcl_eval package.")

@@ -1,4 +1,4 @@
-"""Our BFCL multi-turn checker (`trace_jax/envs/bfcl_multi_turn.py`) against the official one
+"""Our BFCL multi-turn checker (`trace_jax/envs/bfcl/multi_turn.py`) against the official one
 (`bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker`) on every task of the four multi-turn subsets:
 the ground-truth path (must be valid), the same calls one per step (valid too), and three alterations of
 the last turn with calls (its last call dropped, that call's first argument changed or, without arguments,
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
-from trace_jax.envs import bfcl_multi_turn as mt  # noqa: E402
+from trace_jax.envs.bfcl import multi_turn as mt  # noqa: E402
 
 flags.DEFINE_string("data", "", "The BFCL data directory ('' = the installed bfcl_eval package's).")
 flags.DEFINE_integer("limit", 0, "Tasks per subset (0 = all).")

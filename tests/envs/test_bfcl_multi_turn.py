@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from trace_jax.envs import bfcl_multi_turn as mt
+from trace_jax.envs.bfcl import multi_turn as mt
 from trace_jax.envs.loaders import DataError
 
 bfcl_eval = pytest.importorskip("bfcl_eval", reason=f"BFCL multi-turn tests need bfcl_eval: {mt.INSTALL}")
@@ -106,11 +106,11 @@ def test_bad_files_are_named(tmp_path, entries):
         mt.Backends(["Nuclear"], {}, long_context=False)
 
 
-# The RL environment over these backends (trace_jax/envs/tasks/bfcl_multi_turn.py).
+# The RL environment over these backends (trace_jax/envs/bfcl/multi_turn_source.py).
 
 @pytest.fixture(scope="module")
 def source():
-    from trace_jax.envs.tasks.bfcl_multi_turn import BFCLMultiTurnTasks
+    from trace_jax.envs.bfcl.multi_turn_source import BFCLMultiTurnTasks
     return BFCLMultiTurnTasks()
 
 
@@ -148,7 +148,7 @@ def test_requests_follow_as_user_turns_and_a_skipped_request_fails(source):
 
 def test_a_conversation_cut_by_the_turn_limit_scores_zero_and_bad_calls_are_error_observations(source):
     from trace_jax.envs.protocol import Limits
-    from trace_jax.envs.tasks.bfcl_multi_turn import BFCLMultiTurnEnv
+    from trace_jax.envs.bfcl.multi_turn_source import BFCLMultiTurnEnv
     env = BFCLMultiTurnEnv(Limits(max_turns=2))
     task = next(t for t in source.tasks("train") if len(t.data["entry"]["question"]) > 2)
     episode = env.start(task)
@@ -206,7 +206,7 @@ def test_math_calls_leave_the_process_precision_as_they_found_it():
 
 def test_a_model_call_with_a_huge_json_integer_is_an_error_observation(source):
     from trace_jax.envs.protocol import Limits
-    from trace_jax.envs.tasks.bfcl_multi_turn import BFCLMultiTurnEnv
+    from trace_jax.envs.bfcl.multi_turn_source import BFCLMultiTurnEnv
     env = BFCLMultiTurnEnv(Limits(max_turns=4))
     episode = env.start(source.tasks("train")[0])
     result = episode.step('Action: call[{"name": "add", "arguments": {"a": ' + "9" * 5000 + ', "b": 1}}]')

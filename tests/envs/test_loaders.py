@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from trace_jax.envs.bfcl import bfcl_check, load_bfcl
+from trace_jax.envs.bfcl.single_turn import bfcl_check, load_bfcl
 from trace_jax.envs.loaders import (DataError, load_corpus, load_gsm8k, load_hotpotqa,
                                     load_search_r1)
 from trace_jax.envs.tools.functions import Call, parse_call

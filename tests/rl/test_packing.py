@@ -158,3 +158,19 @@ def test_the_update_plan_packs_every_mini_batch_to_one_shape():
 def test_an_unknown_layout_is_refused_by_name():
     with pytest.raises(ValueError, match="learner.layout must be 'paths' or 'packed', got 'tree'"):
         learner.LearnerConfig(layout="tree")
+
+
+def test_long_packed_rows_attend_in_query_blocks_with_the_same_result(model, monkeypatch):
+    """Rows over PACKED_ATTENTION_BLOCK tokens take the blocked path (the mask built per block of queries)."""
+    from trace_jax.models import transformer
+
+    trees = _trees(11)
+    sequences = estimate(trees, AdvantageConfig(name="trace_tree"))
+    packed = packing.build_packed_batch(trees, sequences, micro_batch=2)
+    whole, _ = _per_token(model, packed, packed=True)
+    monkeypatch.setattr(transformer, "PACKED_ATTENTION_BLOCK", 16)
+    assert packed["tokens"].shape[-1] > 16
+    blocked, _ = _per_token(model, packed, packed=True)
+    paths, _ = _per_token(model, learner.build_batch(trees, sequences, micro_batch=2), packed=False)
+    np.testing.assert_allclose(blocked, whole, atol=1e-5)
+    np.testing.assert_allclose(blocked, paths, atol=1e-5)

@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 
 from trace_jax.allocation import solvers
-from trace_jax.allocation.base import (ALLOCATORS, Allocator, AllocatorConfig, PredictorAllocator, StepOutcome,
-                                      leaf_success, sample_roots, task_key)
+from trace_jax.allocation.base import (ALLOCATORS, Allocator, AllocatorConfig, AllocatorState, PredictorAllocator,
+                                      StepOutcome, leaf_success, sample_roots, task_key)
 from trace_jax.allocation.budget import spread
 from trace_jax.allocation.predictor import featurize
 

@@ -3,7 +3,7 @@
 HotpotQA JSON, Search-R1 / FlashRAG rows (`question`, `golden_answers`) and verl-style rows (`prompt`,
 `reward_model.ground_truth`) in JSONL/JSON/Parquet with a corpus JSONL (`id`, `contents`), GSM8K
 (`question`, `answer` ending in `#### N`, or verl rows); the Berkeley Function Calling Leaderboard's
-files are read by `envs/bfcl.py`.
+files are read by `envs/bfcl/single_turn.py`.
 A bad row (invalid JSON or UTF-8, a missing or mistyped field) or an empty file raises `DataError`
 naming the file and line before any compute starts.
 """

@@ -12,6 +12,10 @@ _MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (n
 # A full-sequence pass (the learner's) longer than this attends in blocks of this many queries, so the
 # scores it holds at once are [B, N, block, S], never [B, N, S, S] (16k tokens x 32 heads: 32 GB a row).
 ATTENTION_BLOCK = 1024
+# Packed trees (`rl/packing.py`) make rows as long as a whole tree, of which a query sees only its own path:
+# above this many tokens such a row attends in blocks of this many queries, so its scores [B, N, block, S]
+# are no larger than the per-path layout's [B, N, L, L] for paths a fraction of the row long.
+PACKED_ATTENTION_BLOCK = 256
 
 
 @struct.dataclass

@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from trace_jax.models.attention import (_MASKED, ATTENTION_BLOCK, CausalMask, _blocked_attention,
-                                        _einsum_attention, _fused_attention, fused_attention_implementation)
+from trace_jax.models.attention import (_MASKED, ATTENTION_BLOCK, PACKED_ATTENTION_BLOCK, CausalMask,
+                                        _blocked_attention, _einsum_attention, _fused_attention,
+                                        fused_attention_implementation)
 from trace_jax.models.cache import KVCache
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.rope import apply_rope, sin_cos
@@ -86,8 +87,9 @@ class Attention(nnx.Module):
         q = q.reshape(B, S, c.num_kv_heads, G, c.head_dim)
         fused = fused_attention_implementation(q.dtype) if S > 1 else None
         if isinstance(mask, CausalMask):
-            if fused is None and S > ATTENTION_BLOCK:
-                out = _blocked_attention(q, keys, values, mask, ATTENTION_BLOCK)
+            block = ATTENTION_BLOCK if mask.enter is None else PACKED_ATTENTION_BLOCK
+            if fused is None and S > block:
+                out = _blocked_attention(q, keys, values, mask, block)
                 return self.o_proj(out.reshape(B, S, c.num_heads * c.head_dim)), kv
             mask = mask.dense()
         if fused is not None:

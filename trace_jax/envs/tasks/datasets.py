@@ -2,7 +2,7 @@
 `gsm8k` (calculator), `deepscaler` (competition math with the calculator, answers checked by
 `math-verify`), `hotpotqa` and `search_r1` (BM25 search over a corpus), `bfcl` (single-turn function
 calling, scored by the official BFCL rules), `bfcl_multi_turn` (BFCL v4 multi-turn on the official
-backends: `envs/tasks/bfcl_multi_turn.py`).
+backends: `envs/bfcl/multi_turn_source.py`).
 
 Splits: with a test file, its rows are the test split and the training file's rows whose question
 hashes to "validation" the validation split (a training row whose question is also a test question
@@ -20,11 +20,11 @@ import re
 import threading
 from typing import Any
 
-from trace_jax.envs.bfcl import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl
+from trace_jax.envs.bfcl.single_turn import BFCL_SINGLE_TURN, bfcl_canonical, bfcl_check, load_bfcl
 from trace_jax.envs.loaders import DataError, load_corpus, load_gsm8k, load_hotpotqa, load_math_problems, load_search_r1
 from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
 from trace_jax.envs.react import Action, format_action
-from trace_jax.envs.tasks.bfcl_multi_turn import BFCLMultiTurnTasks
+from trace_jax.envs.bfcl.multi_turn_source import BFCLMultiTurnTasks
 from trace_jax.envs.tasks.math import CalculatorEnv
 from trace_jax.envs.tasks.multihop import MultiHopEnv
 from trace_jax.envs.tools.functions import CallError, parse_call

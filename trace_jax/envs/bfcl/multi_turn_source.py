@@ -1,5 +1,5 @@
 """`bfcl_multi_turn`: BFCL v4 multi-turn tasks as RL episodes on the official stateful backends
-(`trace_jax/envs/bfcl_multi_turn.py` loads, executes and judges them).
+(`trace_jax/envs/bfcl/multi_turn.py` loads, executes and judges them).
 
 An episode is the task's conversation: the first user request is the question; each model turn either
 calls functions (`call[{"name", "arguments"}]` in ReAct, `<tool_call>`s natively), which run on the
@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from trace_jax.envs import bfcl_multi_turn as mt
+from trace_jax.envs.bfcl import multi_turn as mt
 from trace_jax.envs.loaders import DataError
 from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
 from trace_jax.envs.react import Action, format_action
