@@ -267,3 +267,19 @@ def test_every_paper_config_validates_at_scale_on_its_mesh(tmp_path):
     meshes = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(isinstance(m, list) for m in meshes.values()), meshes
     assert meshes["qwen3_14b_multihop"] == meshes["qwen3_14b_hotpotqa"] == [1, 4, 4, 4]
+
+
+def test_a_multi_process_run_needs_a_mesh_over_every_process(monkeypatch):
+    """Under --distributed the default 1-device mesh would leave each process running every turn on its own."""
+    import jax
+
+    from configs import quickstart
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "device_count", lambda: 2)
+    with pytest.raises(ConfigError, match=r"'mesh': data x fsdp x tensor = 1 devices, but this run has 2 processes "
+                                          r"with 2 devices in all.*--config\.mesh\.data=2"):
+        from_config_dict(quickstart.get_config())
+    c = quickstart.get_config()
+    c.mesh.data = 2
+    c.learner.micro_batch = 8
+    assert from_config_dict(c).mesh.data == 2

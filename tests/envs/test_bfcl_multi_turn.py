@@ -95,6 +95,12 @@ def test_bad_files_are_named(tmp_path, entries):
     with pytest.raises(DataError, match=r"possible_answer/BFCL_v4_multi_turn_base\.json:1: multi_turn_base_0 turn 0: "
                                         r"ground-truth call .* literal"):
         mt.load_multi_turn(str(tmp_path), "multi_turn_base")
+    write({**row, "initial_config": {**row["initial_config"], "GorillaFileSystem": {"root": {}}}}, gt)
+    with pytest.raises(DataError, match=r"multi_turn_base_0: initial_config\.GorillaFileSystem\.root must hold one "
+                                        r"directory"):
+        mt.load_multi_turn(str(tmp_path), "multi_turn_base")
+    with pytest.raises(ValueError, match=r"BFCL backend GorillaFileSystem refused its initial_config \(IndexError"):
+        mt.Backends(["GorillaFileSystem"], {"GorillaFileSystem": {"root": {}}}, long_context=False)
     write(row, gt[:-1])
     with pytest.raises(DataError, match="one list of calls per turn"):
         mt.load_multi_turn(str(tmp_path), "multi_turn_base")

@@ -178,3 +178,8 @@ def check_consistency(run: RunConfig) -> None:
     if devices > jax.device_count():
         raise ConfigError(f"config field 'mesh': data x fsdp x tensor = {devices} devices, but only "
                           f"{jax.device_count()} are available")
+    if jax.process_count() > 1 and devices != jax.device_count():
+        raise ConfigError(f"config field 'mesh': data x fsdp x tensor = {devices} devices, but this run has "
+                          f"{jax.process_count()} processes with {jax.device_count()} devices in all: the mesh must span "
+                          f"all of them (e.g. --config.mesh.data={jax.device_count()}), else every process would run "
+                          "every rollout and turn on its own")

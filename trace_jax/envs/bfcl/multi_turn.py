@@ -164,7 +164,10 @@ class Backends:
         for name in involved_classes:
             instance = getattr(importlib.import_module(config.CLASS_FILE_PATH_MAPPING[name]), name)()
             if name not in STATELESS:
-                instance._load_scenario(copy.deepcopy(initial_config.get(name, {})), long_context=long_context)
+                try:
+                    instance._load_scenario(copy.deepcopy(initial_config.get(name, {})), long_context=long_context)
+                except Exception as e:  # noqa: BLE001  (the official loader's own errors: IndexError, KeyError, ...)
+                    raise ValueError(f"BFCL backend {name} refused its initial_config ({type(e).__name__}: {e})") from e
             self.instances[name] = instance
             for method, _ in inspect.getmembers(instance, predicate=inspect.ismethod):
                 if not method.startswith("_"):
@@ -256,6 +259,18 @@ def function_docs(directory: str, involved_classes: list[str], where: str) -> li
     return docs
 
 
+def _check_file_system(scenario, where: str) -> None:
+    """The official GorillaFileSystem reads `root`'s first key as the top directory and its `contents`: an
+    empty or malformed root would raise a bare IndexError/KeyError in the first episode."""
+    if scenario is None or "root" not in scenario:
+        return
+    root = scenario["root"]
+    top = next(iter(root.values()), None) if isinstance(root, dict) else None
+    if not isinstance(top, dict) or not isinstance(top.get("contents"), dict):
+        raise DataError(f"{where}: initial_config.GorillaFileSystem.root must hold one directory "
+                        "{name: {'type': 'directory', 'contents': {...}}}, got " + repr(root)[:80])
+
+
 def load_multi_turn(directory: str, subset: str) -> list[dict]:
     """A subset's entries, checked: each has its turns, initial config, known involved classes, ground truth
     with one list of calls per turn (every call parseable, naming a documented method), the function docs
@@ -277,6 +292,7 @@ def load_multi_turn(directory: str, subset: str) -> list[dict]:
             raise DataError(f"{where}: {qid}: unknown involved class(es) {unknown}; known: {list(BACKENDS)}")
         if not isinstance(row.get("initial_config", {}), dict):
             raise DataError(f"{where}: {qid}: 'initial_config' must be an object")
+        _check_file_system(row["initial_config"].get("GorillaFileSystem"), f"{where}: {qid}")
         if qid not in truth:
             raise DataError(f"{where}: id {qid!r} has no entry in {answers}")
         gt, gt_where = truth[qid]
