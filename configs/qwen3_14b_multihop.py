@@ -6,11 +6,13 @@
 On a pod the same command runs on every host (TPU pods and SLURM supply the rest); elsewhere add, per host,
 `--coordinator_address=HOST0:1234 --num_processes=N --process_id=K`. Every process needs the checkpoint
 and the data at the same path; the workdir must be shared (orbax writes each array once).
-The mesh is fsdp 4 x tensor 4 on 16 devices: `python experiments/dry_run.py --config
-configs/qwen3_14b_multihop.py --devices 16` plans every program within 16 GiB per device there (v5e; the
-learner step, each layer recomputed in the backward pass, is the largest at 15.2 GiB; decoding in waves of 32),
-where fsdp 8 x tensor 2 needs 19.8 GiB for the learner (README, "Scaling out"); on v5p or H100 either mesh
-fits. Expected runtime: hours on 16 accelerators.
+The mesh is fsdp 4 x tensor 4 on 16 devices. XLA:CPU's plan (`python experiments/dry_run.py --config
+configs/qwen3_14b_multihop.py --devices 16`) puts every program within 16 GiB per device (learner 15.2 GiB), but
+the TPU compiler does not: compiled by libtpu for v5e:4x4 (`/tmp/tpu/bin/python experiments/dry_run.py --config
+configs/qwen3_14b_multihop.py --target v5e:4x4`, docs/scaling.md) the learner needs 17.84 GiB per device, so
+**this config does not fit v5e-16**. The smallest v5e slice it fits is v5e:4x8 (32 chips) with the tensor axis
+doubled: `--config.mesh.tensor=8` (`--target v5e:4x8 --mesh 1,4,8`: learner 10.75 GiB, every sampler program
+within 7.5 GiB); on v5p or H100 the 16-device mesh fits. Expected runtime: hours on 16-32 accelerators.
 """
 
 from configs import qwen3_8b_multihop
