@@ -19,7 +19,7 @@ from safetensors.numpy import load_file
 
 from configs import quickstart
 from tests.parallel.test_multiprocess import _free_port, distributed_env
-from trace_jax.run import experiment, train
+from trace_jax.run import experiment, sft, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # One-operation arithmetic after 300 SFT steps: a policy that succeeds sometimes, so the steps have
@@ -39,7 +39,7 @@ def _config():
 @pytest.fixture(scope="module")
 def sft_checkpoint(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("sft"))
-    experiment.warm_start(experiment.build(_config(), workdir), workdir, None)
+    sft.warm_start(experiment.build(_config(), workdir), workdir, None)
     return workdir
 
 
