@@ -66,7 +66,7 @@ def curves(runs: list[dict], reference: str = "grpo", key: str = "eval") -> dict
 
 def markdown(table: dict[str, dict], reference: str = "grpo") -> str:
     """Per allocator and axis: area under the curve and the cost to reach the reference's final accuracy."""
-    lines = [f"| allocator | " + " | ".join(f"AUC vs {label}" for label in AXES.values()) +
+    lines = ["| allocator | " + " | ".join(f"AUC vs {label}" for label in AXES.values()) +
              f" | {AXES['tokens']} to reach {reference}'s final accuracy (x {reference}'s total) |",
              "|---|" + "---|" * (len(AXES) + 1)]
     variants = list(dict.fromkeys(v for axis in table.values() for v in axis))
