@@ -8,7 +8,9 @@ downloaded. Several hosts: add `--distributed` (TPU pods, SLURM), elsewhere also
 `--coordinator_address=HOST0:1234 --num_processes=N --process_id=K` per host, with the checkpoint, data
 and a shared workdir at the same paths. Will it fit? `python experiments/dry_run.py --config
 configs/qwen3_8b_multihop.py --devices 8`: on 8 H100s or v5p yes (largest program 57.0 GiB in XLA-CPU's
-plan), on 8 v5e no (learner step 25.6 GiB; README, "Scaling out"). Expected runtime: hours on 8 H100s.
+plan), on 8 v5e no (learner step 25.6 GiB; README, "Scaling out"). The TPU compiler agrees for v5p
+(`/tmp/tpu/bin/python experiments/dry_run.py --config configs/qwen3_8b_multihop.py --target v5p:2x2x2`: largest
+program 25.3 GiB of 95, docs/scaling.md). Expected runtime: hours on 8 H100s.
 """
 
 from trace_jax.config.files import config_args, default_config
