@@ -362,14 +362,16 @@ def main():
         layout = layout_for[smallest]
         line["fits"] = fits[smallest]
         line["hbm_per_device_bytes"] = target.hbm_per_device
-        line["roofline"] = roofline(target, run, model_config, mesh, learner_bytes, layouts[layout], resident)
+        line["roofline"] = roofline(target, run, model_config, mesh, learner_bytes, layouts[layout],
+                                    layouts["replicated"]["decode"])
         for name, r in line["roofline"].items():
             print(f"{name:>12} roofline (compiler estimate): " + ", ".join(
                 f"{k} {v:.4g}" for k, v in r.items() if isinstance(v, (int, float))), flush=True)
     print(json.dumps(line))
 
 
-def roofline(target: Target, run, model_config, mesh, learner_cost: dict, sampler: dict, resident: dict) -> dict:
+def roofline(target: Target, run, model_config, mesh, learner_cost: dict, sampler: dict, replicated_decode: dict
+             ) -> dict:
     """Per program, from the TPU compiler's cost analysis (per device, one call): FLOPs, bytes accessed and the
     roofline time max(FLOPs / peak, bytes / bandwidth). Decode also against its physical minimum per step (the
     params' shard on a device plus the live KV rows there, read once per token), with the tokens/s per chip that
@@ -390,10 +392,9 @@ def roofline(target: Target, run, model_config, mesh, learner_cost: dict, sample
     out["learner"]["mfu"] = (model_flops / (seconds * target.peak_flops)
                              if seconds and out["learner"]["flops"] >= model_flops else None)
     rows = sampler["rows"]
-    param_bytes = num_params(model_config) * jnp.dtype(model_config.param_dtype).itemsize
-    shard = param_bytes / min(run.mesh.tensor, devices)  # sampling layout: params split over tensor only
-    kv = sampler["decode"]["arguments"] - shard  # the decode program's inputs beyond the params: its state
-    minimum = shard + max(kv, 0)
+    # read once per token step: the replicated layout's decode inputs, i.e. the params' tensor shard and the live
+    # KV rows (the FSDP-gathered layout's inputs hold only a 1/fsdp share of that shard: not the minimum read)
+    minimum = replicated_decode["arguments"]
     step_s = minimum / target.bandwidth
     out["decode"] = {**timed(sampler["decode"]), "min_bytes_per_step": minimum, "min_step_s": step_s,
                      "tokens_per_s_per_chip_at_min": rows / devices / step_s, "rows": rows}
