@@ -12,6 +12,8 @@ its 123 test-split questions, see the README) every 30 steps, mean-of-8 on 250 o
 step; every finished run kept in experiments/results/powered_<task>/, from which a fresh workdir resumes.
 `:screen`: the decisive comparison's step-size screen (experiments/results/decisive/PLAN.md; with `:mixed` on
 `compare_math.py`: `compare_math.py:mixed,screen`).
+`:decisive`: its phase 2, the confirmatory run (with `:mixed` on `compare_math.py`: `compare_math.py:mixed,decisive`):
+each arm at the setting `experiments/select_step_sizes.py` chose from the finished screen.
 `:mixed`: a 1-4 hop pool after a warm start on its 1-2 hop questions (the mixed-difficulty regime; README,
 "Mechanism"); `compare_math.py:mixed` 2-5 step problems after a warm start on 2-3 steps. Add `--ablation=stages|stage2|lambda_local|featurizer|advantage` for TRACE's ablations,
 `--study=mechanism` for the frozen-policy mechanism study (no training; `:runlocal` about 10 min after the SFT).
@@ -20,6 +22,7 @@ Expected runtime on a 2-core CPU: about 55 min (SFT about 5); `:runlocal` about 
 Measurements: README, "Allocator comparison at equal budget".
 """
 
+import json
 import os
 
 import ml_collections
@@ -34,10 +37,11 @@ ALLOCATORS = ("grpo", "dapo", "mopps", "knapsack", "pcl", "treepo", "entropy_bra
 SCREEN_ARMS = ("grpo", "pcl", "trace", "trace_global")  # GRPO, prompt selection alone, TRACE in both modes
 SCREEN_TOKEN_CAPS = {"math": 2342}
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "results")
+SELECTION = os.path.join(RESULTS, "decisive", "selection.json")  # phase 1's choice per arm (`:decisive` reads it)
 
 
 def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collections.ConfigDict:
-    args = config_args(arg, flags=("runlocal", "powered", "mixed", "screen"), config="the comparison configs")
+    args = config_args(arg, flags=("runlocal", "powered", "mixed", "screen", "decisive"), config="the comparison configs")
     c = base()
     if args["mixed"]:
         _mixed(c)
@@ -55,12 +59,16 @@ def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collect
                                                mechanism_steps=50, mechanism_reference=2048, mechanism_group=8,
                                                mechanism_holdout=4, mechanism_advantage="trace_tree",
                                                mechanism_rl_steps=0,
-                                               unit="rollouts", tokens=0,
+                                               unit="rollouts", endpoint="greedy", tokens=0,
                                                token_calibration=256))
     if args["powered"]:
         _powered(c)
+    if args["screen"] and args["decisive"]:
+        raise ConfigError("`screen` (phase 1) and `decisive` (phase 2) are two runs; pick one")
     if args["screen"]:
         _screen(c)
+    if args["decisive"]:
+        _decisive(c)
     if args["runlocal"]:
         c.rl.steps, c.rl.eval_every = 5, 0
         c.checkpoint.every = 5
@@ -100,6 +108,32 @@ def _screen(c: ml_collections.ConfigDict) -> None:
     # The equal-tokens cap measured on the screen's shared SFT start in its first invocation (256 uniform
     # rollouts cost 73.2 tokens each: 32 x 73.2), fixed so a resume elsewhere does not measure it again.
     c.compare.tokens = SCREEN_TOKEN_CAPS.get(c.task.source, 0)
+
+
+def _decisive(c: ml_collections.ConfigDict) -> None:
+    """Phase 2 of the decisive comparison (experiments/results/decisive/PLAN.md): each arm at its own screened
+    setting (`SELECTION`, written by experiments/select_step_sizes.py; refused while provisional), 8 seeds,
+    240 steps at the screen's equal measured tokens; greedy on the separate generator's 1000 tasks every 40
+    steps and mean-of-8 on all of them at the same steps (primary endpoint: TRACE - GRPO final mean-of-8)."""
+    if not os.path.exists(SELECTION):
+        raise ConfigError(f"`decisive` needs the screen's selection {SELECTION}: finish the screen "
+                          "(`compare_math.py:mixed,screen`), then run experiments/select_step_sizes.py")
+    with open(SELECTION, encoding="utf-8") as f:
+        selection = json.load(f)
+    if selection["provisional"]:
+        raise ConfigError(f"{SELECTION} is provisional (the screen has runs still to do): finish the screen and "
+                          "run experiments/select_step_sizes.py again")
+    c.rl.steps, c.rl.eval_every = 240, 40
+    c.checkpoint.every = 40
+    c.eval.split, c.eval.num_tasks, c.eval.sample_k, c.eval.sample_tasks = "separate", 1000, 8, 1000
+    c.eval.sample_every = 40
+    c.compare.unit, c.compare.tokens = "tokens", SCREEN_TOKEN_CAPS.get(c.task.source, 0)
+    c.compare.allocators = SCREEN_ARMS
+    c.compare.arm_settings = {arm: chosen["settings"] for arm, chosen in selection["arms"].items()}
+    c.compare.seeds, c.compare.primary_seeds = tuple(range(8)), ()
+    c.compare.endpoint = "sampled"
+    c.compare.generalization_steps = 0
+    c.compare.results = os.path.join(RESULTS, "decisive", f"confirm_{c.task.source}")
 
 
 def _powered(c: ml_collections.ConfigDict) -> None:

@@ -1,8 +1,16 @@
-"""The powered comparison's primary endpoint: the 3-task mean of TRACE - GRPO held-out success at equal
-generated tokens, from each task's `results_tokens.json` (written by `compare.py --config ...:powered`).
+"""A comparison's primary endpoint from its `results_tokens.json` (written by `compare.py`).
 
+  python experiments/primary_endpoint.py --decisive
   python experiments/primary_endpoint.py
   python experiments/primary_endpoint.py --results experiments/results/powered_math,experiments/results/powered_funcall
+
+`--decisive`: the decisive comparison (experiments/results/decisive/PLAN.md): TRACE - GRPO final mean-of-8
+from `decisive/confirm_math/results_tokens.json`, with TRACE - PCL, the per-seed variance of the difference
+(PLAN: 12 seeds if it reaches 3 points^2) and the decision; writes `decisive/primary_endpoint.json`
+{diff, ci95, mdd, seeds, eval_tasks, endpoint, arms_settings, decision, ...}, its last line the same object.
+
+Without it, the powered comparison's: the 3-task mean of TRACE - GRPO held-out success at equal
+generated tokens, from each task's `results_tokens.json` (`compare.py --config ...:powered`).
 
 Prints each task's paired difference, their mean (independent experiments: variances add) with its
 95% interval and minimal detectable difference, and says which tasks are missing or unfinished; the
@@ -18,6 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from trace_jax.compare.paired import PairedDifference, mean_over_arms  # noqa: E402
@@ -26,8 +35,11 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TASKS = ("multihop", "math", "funcall")
 flags.DEFINE_list("results", [os.path.join(RESULTS, f"powered_{t}") for t in TASKS],
                   "Results directories of the powered comparison, one per task.")
-flags.DEFINE_string("output", os.path.join(RESULTS, "primary_endpoint.json"),
-                    "Where the JSON object goes (empty: printed only).")
+flags.DEFINE_string("output", None, "Where the JSON object goes (default experiments/results/primary_endpoint.json, "
+                    "with --decisive experiments/results/decisive/primary_endpoint.json; empty: printed only).")
+flags.DEFINE_bool("decisive", False, "The decisive comparison's endpoint (PLAN.md) instead of the powered one's.")
+DECISIVE = os.path.join(RESULTS, "decisive")
+SEED_VARIANCE_FOR_12_SEEDS = 3.0  # points^2 (PLAN.md, phase 2)
 
 
 def _difference(d: dict) -> PairedDifference:
@@ -53,8 +65,53 @@ def endpoint(directories: list[str]) -> dict:
     return {"tasks": tasks, "mean": mean, "missing": missing}
 
 
+def decisive(directory: str) -> dict:
+    """The decisive comparison's primary endpoint from its grid's report (ValueError naming what is missing)."""
+    path = os.path.join(directory, "results_tokens.json")
+    if not os.path.exists(path):
+        raise ValueError(f"{path} not found: run (or --report_only) `compare.py --config "
+                         "configs/compare_math.py:mixed,decisive` first")
+    with open(path, encoding="utf-8") as f:
+        result = json.load(f)
+    primary = result.get("primary_endpoint")
+    if primary is None or primary.get("endpoint") != "sampled":
+        raise ValueError(f"{path} has no mean-of-k TRACE - GRPO endpoint (the runs share no finished seed, or the "
+                         "report is not the decisive comparison's)")
+    final = {}
+    for record in result["runs"]:
+        final.setdefault(record["variant"], {})[record["seed"]] = record.get("final_sampled")
+    seeds = sorted(set(final.get("trace", {})) & set(final.get("grpo", {})))
+    per_seed = [100 * (final["trace"][s] - final["grpo"][s]) for s in seeds]
+    return {**{k: primary[k] for k in ("diff", "ci95", "standard_error", "mdd", "seeds", "eval_tasks", "endpoint",
+                                       "arms_settings", "decision")},
+            "hypothesis": "TRACE - GRPO > 0 (H1); TRACE - PCL > 0 (H2)", "task": primary["task"],
+            "framing": primary["framing"], "trace_vs_pcl": primary.get("trace_vs_pcl"),
+            "per_seed_diff_points": per_seed,
+            "per_seed_variance_points2": float(np.var(per_seed, ddof=1)) if len(per_seed) > 1 else None,
+            "report": os.path.relpath(path, os.path.dirname(RESULTS))}
+
+
+def _line(name: str, d: dict) -> str:
+    return (f"{name}: {100 * d['diff']:+.2f} points [{100 * d['ci95'][0]:+.2f}, {100 * d['ci95'][1]:+.2f}], "
+            f"MDD {100 * d['mdd']:.2f}, {d['seeds']} seeds x {d['eval_tasks']} tasks: {d['decision']}")
+
+
 def main(argv):
     del argv
+    if flags.FLAGS.decisive:
+        out = decisive(os.path.join(DECISIVE, "confirm_math"))
+        print(_line(f"TRACE - GRPO ({out['endpoint']})", out))
+        if out["trace_vs_pcl"]:
+            print(_line("TRACE - PCL", out["trace_vs_pcl"]))
+        variance = out["per_seed_variance_points2"]
+        if variance is not None and variance >= SEED_VARIANCE_FOR_12_SEEDS:
+            print(f"per-seed variance {variance:.2f} points^2 >= {SEED_VARIANCE_FOR_12_SEEDS}: PLAN.md calls for 12 seeds")
+        output = os.path.join(DECISIVE, "primary_endpoint.json") if flags.FLAGS.output is None else flags.FLAGS.output
+        if output:
+            with open(output, "w", encoding="utf-8") as f:
+                json.dump(out, f, indent=1)
+        print(json.dumps(out))
+        return
     out = endpoint(flags.FLAGS.results)
     for task, d in out["tasks"].items():
         print(f"{task:>9}: TRACE - GRPO {100 * d['diff']:+.1f} points [{100 * d['ci95'][0]:+.1f}, "
@@ -67,8 +124,9 @@ def main(argv):
     for line in out["missing"]:
         print(f"missing: {line}")
     print(json.dumps(out))
-    if flags.FLAGS.output:
-        with open(flags.FLAGS.output, "w", encoding="utf-8") as f:
+    output = os.path.join(RESULTS, "primary_endpoint.json") if flags.FLAGS.output is None else flags.FLAGS.output
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
 
 

@@ -1,24 +1,19 @@
 """The benchmarks' bad input: flags out of range are refused before compute, and a peer that cannot run is
 reported as unavailable with its reason (the benchmark still prints its JSON)."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 
+from tests import experiment_scripts
+
 pytestmark = pytest.mark.slow  # benchmark scripts in subprocesses: `python -m pytest -m slow`
 
 REPO = os.path.join(os.path.dirname(__file__), "..")
 
 
-def _module(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "experiments", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("script,flags,message", [
@@ -38,7 +33,7 @@ def test_a_tunix_peer_that_cannot_run_is_reported_with_its_reason(tmp_path):
     from trace_jax.models import init_params
     from trace_jax.models.presets import get_preset
 
-    bench = _module("bench_sampler")
+    bench = experiment_scripts.load("bench_sampler")
     config = get_preset("tiny")
     params = init_params(config, 0)
     peer, reason = bench.start_tunix("", config, params, str(tmp_path))

@@ -40,14 +40,11 @@ def test_a_micro_batch_the_mesh_cannot_split_is_named(tmp_path):
 def test_decoding_in_waves_bounds_the_resident_sampler_states(tmp_path):
     """With a slot table and dropped prefixes, the decode loop runs on `rl.decode_slots` rows and what stays
     resident beside it is one wave of prefixes, not the archive of every rollout of the step."""
-    import importlib.util
-
+    from tests import experiment_scripts
     from trace_jax.models.presets import get_preset
     from trace_jax.parallel.mesh import make_mesh
 
-    spec = importlib.util.spec_from_file_location("dry_run", os.path.join(REPO, "experiments", "dry_run.py"))
-    dry_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dry_run)
+    dry_run = experiment_scripts.load("dry_run")
     (tmp_path / "ckpt").mkdir()
     c = qwen3_8b_multihop.get_config(f"checkpoint={tmp_path / 'ckpt'}")
     c.mesh.update(data=1, fsdp=1, tensor=1)

@@ -61,14 +61,10 @@ def test_bad_outcome_arrays_are_refused(a, b, match):
 
 def test_the_primary_endpoint_script_pools_the_tasks_it_finds(tmp_path):
     """experiments/primary_endpoint.py: per-task paired differences -> their mean; missing tasks named."""
-    import importlib.util
     import json
-    import os
 
-    spec = importlib.util.spec_from_file_location(
-        "primary_endpoint", os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "primary_endpoint.py"))
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from tests import experiment_scripts
+    script = experiment_scripts.load("primary_endpoint")
     dirs = []
     for task, diff, se in (("math", 0.04, 0.01), ("funcall", 0.01, 0.02)):
         d = tmp_path / f"powered_{task}"

@@ -256,3 +256,39 @@ def test_the_mechanism_study_at_a_mid_rl_policy_trains_grpo_first_then_freezes_i
     stored = json.load(open(os.path.join(workdir, "shared", "mechanism_rl2", "reference.json")))
     assert stored["key"]["policy"] == "rl2" and stored["value"] == result["reference"]  # its own reference
     assert "policy after 2 GRPO steps" in open(os.path.join(workdir, "mechanism_rl2.md")).read()
+
+
+def test_a_screen_selects_from_its_stored_runs_and_a_stored_audit_failure_is_not_trained_again(tmp_path,
+                                                                                                monkeypatch):
+    """A swept grid's stored runs feed the pre-registered selection (compare/selection.py); a run the results
+    directory records as failing the audit makes its setting ineligible, and a fresh workdir reports the
+    failure instead of training the run again."""
+    import shutil
+
+    from trace_jax.compare import grid, grid_runs, results_store, selection
+    from trace_jax.run import train
+
+    c = _config()
+    c.compare.allocators, c.compare.seeds, c.compare.generalization_steps = ("grpo",), (0,), 0
+    c.compare.sweep = dict(learner=dict(learning_rate=(1e-4, 3e-4)))
+    c.eval.sample_k, c.eval.sample_tasks = 2, 4
+    results = str(tmp_path / "results")
+    c.compare.results = results
+    run_comparison(c, str(tmp_path / "screen"))
+    compare, base = grid.split_config(c)
+    runs = grid.validate(base, compare)
+    with open(os.path.join(results, "shared.json")) as f:
+        after_sft = json.load(f)["after_sft"]["accuracy"]
+    settings = selection.read_settings(results, runs, compare, after_sft)
+    assert [sorted(s.finished) for s in settings] == [[0], [0]] and not any(s.missing for s in settings)
+    assert all(0 <= s.finished[0].sampled <= 1 and 0 <= s.finished[0].greedy_area <= 1 for s in settings)
+    variant, seed, run = runs[1]
+    stored = grid_runs.run_dir(results, variant.name, seed, run)
+    shutil.rmtree(stored)
+    results_store.keep_failure(results, os.path.relpath(stored, results), "grpo seed 0, step 2: over budget")
+    settings = selection.read_settings(results, runs, compare, after_sft)
+    assert settings[1].failed == {0: "grpo seed 0, step 2: over budget"} and not settings[1].eligible
+    assert selection.choose(settings)["grpo"].swept == {"learner.learning_rate": 1e-4}
+    monkeypatch.setattr(train, "train_and_evaluate", lambda *a, **k: pytest.fail("trained a run again"))
+    with pytest.raises(BudgetAuditError, match="1 run\\(s\\) failed.*step 2: over budget"):
+        run_comparison(c, str(tmp_path / "fresh"))

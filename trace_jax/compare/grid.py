@@ -99,6 +99,8 @@ class CompareSection:
         "tokens": every run spends, per step, the measured cost (generated tokens + budget.prefill_weight x
         prefilled) that GRPO's M rollouts cost on the SFT policy (or `tokens` when set), audited against
         the engine's ledger (budget.unit="tokens").
+      endpoint: the primary endpoint's outcome, TRACE - GRPO paired by seed and task after the last step:
+        "greedy" (held-out success of greedy decoding) or "sampled" (the mean-of-k, eval.sample_k).
       tokens: the per-step cost cap of the tokens framing; 0 measures it (`token_calibration` rollouts).
       token_calibration: uniform rollouts (GRPO's groups of M / B) on the SFT policy that measure the cap.
     """
@@ -120,6 +122,7 @@ class CompareSection:
     mechanism_advantage: str = "trace_tree"
     mechanism_rl_steps: int = 0
     unit: str = "rollouts"
+    endpoint: str = "greedy"
     tokens: int = 0
     token_calibration: int = 256
 
@@ -148,6 +151,8 @@ class CompareSection:
             raise ValueError("study='generalization' needs generalization_steps >= 1")
         if self.unit not in ("rollouts", "tokens"):
             raise ValueError(f"unit must be 'rollouts' or 'tokens', got {self.unit!r}")
+        if self.endpoint not in ("greedy", "sampled"):
+            raise ValueError(f"endpoint must be 'greedy' or 'sampled', got {self.endpoint!r}")
         if self.tokens < 0 or self.token_calibration < 1:
             raise ValueError(f"need tokens >= 0 and token_calibration >= 1, got {self.tokens}, {self.token_calibration}")
         if self.mechanism_rl_steps < 0:
@@ -183,7 +188,8 @@ def split_config(config) -> tuple[CompareSection, dict]:
         raise schema.ConfigError(f"config section 'compare': {e}") from None
 
 
-def _flat(sections: dict) -> dict[str, object]:
+def dotted(sections: dict) -> dict[str, object]:
+    """{section: {field: value}} -> {"section.field": value}."""
     return {f"{section}.{field}": value for section, fields in sections.items() for field, value in fields.items()}
 
 
@@ -201,9 +207,9 @@ def _plain(value):
 def variants(compare: CompareSection) -> list[Variant]:
     if compare.ablation:
         return [Variant(name, {"allocator.name": "trace", **o}) for name, o in ABLATIONS[compare.ablation].items()]
-    arms = [Variant(name, {**ARMS.get(name, {"allocator.name": name}), **_flat(compare.arm_settings.get(name, {}))})
+    arms = [Variant(name, {**ARMS.get(name, {"allocator.name": name}), **dotted(compare.arm_settings.get(name, {}))})
             for name in compare.allocators]
-    sweep = _flat(compare.sweep)
+    sweep = dotted(compare.sweep)
     if not sweep:
         return arms
     # setting by setting, every arm at each: a screen stopped part way has screened every arm alike

@@ -64,6 +64,11 @@ def run_grid(runs: list[tuple[grid.Variant, int, schema.RunConfig]], workdir: st
         relative = os.path.relpath(directory, workdir)
         if compare.results and results_store.restore_run(compare.results, relative, directory):
             experiment.log(f"finished earlier, kept in {compare.results}")
+        failure = results_store.stored_failure(compare.results, relative) if compare.results else None
+        if failure is not None and not os.path.exists(summary_path):
+            out.failed.append(f"{failure} [{directory}]")
+            experiment.log(f"failed the budget audit earlier (kept in {compare.results}): {failure}")
+            continue
         if os.path.exists(summary_path):
             with open(summary_path, encoding="utf-8") as f:
                 summary = json.load(f)
@@ -87,6 +92,8 @@ def run_grid(runs: list[tuple[grid.Variant, int, schema.RunConfig]], workdir: st
         except audit.BudgetAuditError as e:  # the grid goes on: one bad run must not cost the rest of a night
             out.failed.append(f"{e} [{directory}]")
             experiment.log(f"BUDGET AUDIT FAILED (continuing with the other runs): {e}")
+            if compare.results:
+                results_store.keep_failure(compare.results, relative, str(e))
             continue
         if compare.results:  # audited first: a ledger that fails is not kept
             results_store.keep_run(compare.results, relative, directory)

@@ -71,6 +71,7 @@ def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: l
     per_step = per_step_curves(steps)
     return {
         "variant": variant, "seed": seed, "final_accuracy": summary["acc_after_rl"], "after_sft": after_sft,
+        "final_sampled": by_step.get(len(steps), {}).get(f"eval/{mean_key}") if mean_key else None,
         **contrast(steps),
         "effective_ratio": float(np.mean(per_step["effective_ratio"])),
         "useful_rollout_share": float(np.mean(per_step["useful_rollout_share"])),

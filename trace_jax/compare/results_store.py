@@ -8,7 +8,8 @@ tokenizer: a few MB for the CPU presets, so a fresh workdir starts from the very
 of redoing SFT; `eval/step_0.json`, its per-task outcomes) and
 `<results>/runs/<variant>/seed<k>-<settings hash>/` with each finished run's `summary.json`,
 `steps.jsonl`, `metrics.jsonl` and `eval/step_N.json`: everything the report reads, none of the
-checkpoints. A run found there is copied into the workdir and reported as finished; a stored grid
+checkpoints; a run whose ledger failed the budget audit leaves `audit_failed.json` (the audit's message)
+there instead. A run found there is copied into the workdir and reported as finished; a stored grid
 made from other SFT params (a digest that differs) is refused, naming both digests.
 """
 
@@ -26,6 +27,7 @@ import numpy as np
 from trace_jax.config.schema import ConfigError
 
 RUN_FILES = ("summary.json", "steps.jsonl", "metrics.jsonl")
+AUDIT_FAILED = "audit_failed.json"  # in place of the result files: the run's ledger failed the budget audit
 
 
 def params_digest(params) -> str:
@@ -118,6 +120,26 @@ def keep_run(results: str, relative: str, run_dir: str) -> None:
     """Copies a finished run's result files into the results directory (process 0)."""
     if jax.process_index() == 0:
         _copy(_files(run_dir), run_dir, os.path.join(results, relative))
+
+
+def keep_failure(results: str, relative: str, reason: str) -> None:
+    """Records in the results directory that a run failed the budget audit (`selection.AUDIT_FAILED`, no
+    result files), so a fresh workdir reports it as failed instead of training it again (process 0)."""
+    if jax.process_index() == 0:
+        target = os.path.join(results, relative)
+        os.makedirs(target, exist_ok=True)
+        with open(os.path.join(target, AUDIT_FAILED) + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"reason": reason}, f)
+        os.replace(os.path.join(target, AUDIT_FAILED) + ".tmp", os.path.join(target, AUDIT_FAILED))
+
+
+def stored_failure(results: str, relative: str) -> str | None:
+    """The audit's message for a run the results directory records as failed, else None."""
+    path = os.path.join(results, relative, AUDIT_FAILED)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["reason"]
 
 
 def keep_report(results: str, paths: list[str]) -> None:

@@ -67,7 +67,8 @@ def run_comparison(config, workdir: str, *, ablation: str | None = None, study: 
     if results.failed:
         raise audit.BudgetAuditError(f"{len(results.failed)} run(s) failed the budget audit, so no report is written "
                                      "(the others are finished and kept): " + "; ".join(results.failed) + ". Fix the "
-                                     "cause, delete those run directories and rerun the same command to redo them.")
+                                     "cause, delete those run directories (and, with compare.results, their stored "
+                                     "audit_failed.json) and rerun the same command to redo them.")
     if not results.records:
         experiment.log("no finished runs to report")
         return {"finished_runs": 0}

@@ -1,0 +1,129 @@
+"""The decisive comparison's pre-registered step-size selection (compare/selection.py), its phase-2 config
+and its endpoint script, on synthetic screens; the real stored-files path runs in tests/compare/test_runner.py."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from configs import compare_multihop
+from trace_jax.compare import grid, report_files, selection
+from trace_jax.compare.selection import RunScore, Setting
+from trace_jax.config.files import from_config_dict
+from trace_jax.config.schema import ConfigError
+from tests import experiment_scripts
+
+
+def _setting(arm, lr, mb, sampled, area=None, failed=(), missing=()):
+    area = area or [0.1] * len(sampled)
+    return Setting(arm=arm, variant=f"{arm} learning_rate={lr:g} mini_batches={mb}",
+                   swept={"learner.learning_rate": lr, "learner.mini_batches": mb},
+                   finished={seed: RunScore(sampled=s, greedy=s, greedy_area=a)
+                             for seed, (s, a) in enumerate(zip(sampled, area))},
+                   failed={seed: "over budget" for seed in failed}, missing=tuple(missing))
+
+
+def test_the_best_mean_of_k_over_both_seeds_wins():
+    choices = selection.choose([_setting("grpo", 1e-4, 1, [0.10, 0.12]), _setting("grpo", 3e-4, 1, [0.14, 0.13]),
+                                _setting("grpo", 3e-4, 4, [0.20, 0.01])])
+    (choice,) = choices.values()
+    assert choice.swept == {"learner.learning_rate": 3e-4, "learner.mini_batches": 1}
+    assert choice.score == pytest.approx(0.135) and choice.seeds == (0, 1) and not choice.provisional
+    assert choice.arm_settings() == {"learner": {"learning_rate": 3e-4, "mini_batches": 1}}
+
+
+def test_within_half_a_point_the_greedy_area_then_the_smaller_step_then_one_update_decide():
+    near = selection.choose([_setting("pcl", 3e-4, 1, [0.150, 0.150], area=[0.1, 0.1]),
+                             _setting("pcl", 1e-4, 4, [0.147, 0.147], area=[0.2, 0.2])])["pcl"]
+    assert near.swept["learner.learning_rate"] == 1e-4 and "greedy area" in near.reason
+    apart = selection.choose([_setting("pcl", 3e-4, 1, [0.150, 0.150], area=[0.1, 0.1]),
+                              _setting("pcl", 1e-4, 4, [0.144, 0.144], area=[0.2, 0.2])])["pcl"]
+    assert apart.swept["learner.learning_rate"] == 3e-4 and "highest" in apart.reason
+    tied = selection.choose([_setting("pcl", 3e-4, 1, [0.15] * 2), _setting("pcl", 1e-4, 4, [0.15] * 2),
+                             _setting("pcl", 1e-4, 1, [0.15] * 2)])["pcl"]
+    assert tied.swept == {"learner.learning_rate": 1e-4, "learner.mini_batches": 1}
+
+
+def test_a_setting_that_failed_the_audit_is_not_eligible_and_unfinished_seeds_are_left_out():
+    choices = selection.choose([_setting("trace", 1e-3, 1, [0.30], failed=[1]), _setting("trace", 1e-4, 1, [0.1, 0.2]),
+                                _setting("trace", 3e-4, 1, [0.12], missing=[1])])
+    choice = choices["trace"]
+    # the 1e-3 setting's better score does not count; seed 1 is not shared by every eligible setting
+    assert choice.swept["learner.learning_rate"] == 3e-4 and choice.seeds == (0,) and choice.provisional
+    with pytest.raises(ValueError, match="arm 'grpo': no eligible setting.*failed \\[0\\]"):
+        selection.choose([_setting("grpo", 1e-3, 1, [], failed=[0])])
+    table = selection.markdown([_setting("trace", 1e-3, 1, [0.30], failed=[1]),
+                                _setting("trace", 3e-4, 1, [0.12], missing=[1])], choices)
+    assert "failed the audit (seeds [1])" in table and "**selected**" in table and "12.0" in table
+
+
+def _write_selection(path, provisional=False):
+    arms = {arm: {"settings": {"learner": {"learning_rate": 1e-4 if arm == "grpo" else 3e-4, "mini_batches": 4}}}
+            for arm in compare_multihop.SCREEN_ARMS}
+    path.write_text(json.dumps({"provisional": provisional, "arms": arms}))
+
+
+def test_the_confirmatory_config_runs_each_arm_at_its_selected_setting(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare_multihop, "SELECTION", str(tmp_path / "selection.json"))
+    with pytest.raises(ConfigError, match="needs the screen's selection"):
+        compare_multihop.get_config("mixed,decisive")
+    _write_selection(tmp_path / "selection.json", provisional=True)
+    with pytest.raises(ConfigError, match="provisional"):
+        compare_multihop.get_config("mixed,decisive")
+    with pytest.raises(ConfigError, match="pick one"):
+        compare_multihop.get_config("screen,decisive")
+    _write_selection(tmp_path / "selection.json")
+    from configs import compare_math
+    compare, base = grid.split_config(compare_math.get_config("mixed,decisive"))
+    assert compare.endpoint == "sampled" and compare.seeds == tuple(range(8)) and compare.unit == "tokens"
+    runs = grid.validate(grid.framed(base, compare, compare.tokens), compare)
+    assert len(runs) == 4 * 8
+    by_arm = {v.name: r for v, s, r in runs if s == 0}
+    assert by_arm["grpo"].learner.learning_rate == 1e-4 and by_arm["trace"].learner.learning_rate == 3e-4
+    assert by_arm["trace"].allocator.prefix_budget == "local" and by_arm["trace_global"].allocator.prefix_budget == "global"
+    run = by_arm["trace"]
+    assert (run.rl.steps, run.eval.split, run.eval.num_tasks, run.eval.sample_k, run.eval.sample_tasks,
+            run.eval.sample_every, run.budget.unit) == (240, "separate", 1000, 8, 1000, 40, "tokens")
+
+
+def test_the_endpoint_field_is_checked():
+    with pytest.raises(ValueError, match="endpoint must be 'greedy' or 'sampled'"):
+        grid.CompareSection(endpoint="pass@8")
+
+
+def test_the_report_pairs_trace_with_grpo_and_pcl_on_the_configured_endpoint():
+    rng = np.random.default_rng(0)
+    grpo = {s: rng.random(50) for s in range(3)}
+    outcomes = {"greedy": {"grpo": grpo, "trace": {s: o + 0.5 for s, o in grpo.items()}},
+                "sampled": {"grpo": grpo, "pcl": {s: o + 0.05 for s, o in grpo.items()},
+                            "trace": {s: o + 0.1 for s, o in grpo.items()}}}
+    compare = grid.CompareSection(allocators=("grpo", "pcl", "trace"), endpoint="sampled",
+                                  arm_settings={"trace": {"learner": {"learning_rate": 3e-4}}})
+    base_run = from_config_dict(grid.split_config(compare_multihop.get_config())[1])
+    primary = report_files.primary_endpoint(compare, outcomes, base_run, "equal measured tokens")
+    assert primary["endpoint"] == "sampled" and primary["diff"] == pytest.approx(0.1)
+    assert primary["trace_vs_pcl"]["diff"] == pytest.approx(0.05) and primary["decision"] == "gain"
+    assert primary["arms_settings"] == {"grpo": {}, "pcl": {}, "trace": {"learner": {"learning_rate": 3e-4}}}
+    greedy = report_files.primary_endpoint(dataclasses.replace(compare, endpoint="greedy"), outcomes, base_run, "")
+    assert greedy["diff"] == pytest.approx(0.5) and greedy["trace_vs_pcl"] is None
+
+
+def test_the_decisive_endpoint_script_writes_the_fields_the_issue_names(tmp_path):
+    script = experiment_scripts.load("primary_endpoint")
+    with pytest.raises(ValueError, match="results_tokens.json not found"):
+        script.decisive(str(tmp_path))
+    primary = {"diff": 0.02, "ci95": [0.01, 0.03], "standard_error": 0.005, "mdd": 0.014, "seeds": 2,
+               "eval_tasks": 1000, "decision": "gain", "endpoint": "sampled", "task": "math", "framing": "tokens",
+               "arms_settings": {"trace": {"learner": {"learning_rate": 3e-4}}}, "trace_vs_pcl": None}
+    runs = [{"variant": v, "seed": s, "final_sampled": x}
+            for v, s, x in (("grpo", 0, 0.10), ("grpo", 1, 0.12), ("trace", 0, 0.13), ("trace", 1, 0.13))]
+    (tmp_path / "results_tokens.json").write_text(json.dumps({"primary_endpoint": primary, "runs": runs}))
+    out = script.decisive(str(tmp_path))
+    assert {"diff", "ci95", "mdd", "seeds", "eval_tasks", "endpoint", "arms_settings", "decision"} <= set(out)
+    assert out["per_seed_diff_points"] == pytest.approx([3.0, 1.0])
+    assert out["per_seed_variance_points2"] == pytest.approx(2.0)
+    (tmp_path / "results_tokens.json").write_text(json.dumps({"primary_endpoint": {**primary, "endpoint": "greedy"},
+                                                              "runs": runs}))
+    with pytest.raises(ValueError, match="no mean-of-k"):
+        script.decisive(str(tmp_path))
