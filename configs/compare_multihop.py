@@ -114,7 +114,7 @@ def _decisive(c: ml_collections.ConfigDict) -> None:
     """Phase 2 of the decisive comparison (experiments/results/decisive/PLAN.md): each arm at its own screened
     setting (`SELECTION`, written by experiments/select_step_sizes.py; refused while provisional), 8 seeds,
     240 steps at the screen's equal measured tokens; greedy on the separate generator's 1000 tasks every 40
-    steps and mean-of-8 on all of them at the same steps (primary endpoint: TRACE - GRPO final mean-of-8)."""
+    steps and mean-of-8 on all of them every 80 (primary endpoint: TRACE - GRPO final mean-of-8)."""
     if not os.path.exists(SELECTION):
         raise ConfigError(f"`decisive` needs the screen's selection {SELECTION}: finish the screen "
                           "(`compare_math.py:mixed,screen`), then run experiments/select_step_sizes.py")
@@ -126,7 +126,7 @@ def _decisive(c: ml_collections.ConfigDict) -> None:
     c.rl.steps, c.rl.eval_every = 240, 40
     c.checkpoint.every = 40
     c.eval.split, c.eval.num_tasks, c.eval.sample_k, c.eval.sample_tasks = "separate", 1000, 8, 1000
-    c.eval.sample_every = 40
+    c.eval.sample_every = 80  # PLAN.md amendment 2: mean-of-8 at 80, 160, 240 (every 40 would cost 20 min a run)
     c.compare.unit, c.compare.tokens = "tokens", SCREEN_TOKEN_CAPS.get(c.task.source, 0)
     c.compare.allocators = SCREEN_ARMS
     c.compare.arm_settings = {arm: chosen["settings"] for arm, chosen in selection["arms"].items()}

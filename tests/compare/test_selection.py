@@ -84,7 +84,7 @@ def test_the_confirmatory_config_runs_each_arm_at_its_selected_setting(tmp_path,
     assert by_arm["trace"].allocator.prefix_budget == "local" and by_arm["trace_global"].allocator.prefix_budget == "global"
     run = by_arm["trace"]
     assert (run.rl.steps, run.eval.split, run.eval.num_tasks, run.eval.sample_k, run.eval.sample_tasks,
-            run.eval.sample_every, run.budget.unit) == (240, "separate", 1000, 8, 1000, 40, "tokens")
+            run.eval.sample_every, run.budget.unit) == (240, "separate", 1000, 8, 1000, 80, "tokens")
 
 
 def test_the_endpoint_field_is_checked():
