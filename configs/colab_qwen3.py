@@ -14,7 +14,7 @@ real weights, not a powered comparison (for that: `configs/compare_*.py:powered`
 
 import ml_collections
 
-from trace_jax.config.files import config_args, default_config
+from trace_jax.config.files import config_args, default_config, use_source
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -22,7 +22,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                        config="configs/colab_qwen3.py")
     c = default_config()
     c.model.update(checkpoint=args["checkpoint"], param_dtype=args["dtype"], dtype=args["dtype"])
-    c.task.update(source="gsm8k", train_path=args["train"], test_path=args["test"], action_format="hermes",
+    use_source(c, "gsm8k", train_path=args["train"], test_path=args["test"], action_format="hermes",
                   max_turns=4, max_tokens=1024, thinking=False)
     c.sft.steps = 0  # instruction-tuned: acts in its own tool-call format from the start
     c.rl.update(steps=20, eval_every=10, max_new_tokens=384, temperature=1.0)

@@ -8,6 +8,7 @@ sources. Expected runtime on a 2-core CPU: a few minutes each (measurements: REA
 """
 
 from configs import quickstart
+from trace_jax.config import files
 
 _PER_SOURCE = {"multihop": dict(max_difficulty=2, max_turns=5), "math": dict(max_difficulty=3, max_turns=6),
                "funcall": dict(max_difficulty=0, max_turns=6)}
@@ -15,9 +16,8 @@ _SFT_MAX_LEN = {"multihop": 512, "math": 512, "funcall": 1024}
 
 
 def use_source(c, source: str):
-    """Points a quickstart-shaped config at another task source, with that source's episode limits."""
-    c.task.source = source
-    c.task.update(_PER_SOURCE[source])
+    """Points a quickstart-shaped config at another synthetic task source, with that source's episode limits."""
+    files.use_source(c, source, **_PER_SOURCE[source])
     c.sft.max_len = _SFT_MAX_LEN[source]
     return c
 

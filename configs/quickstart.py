@@ -17,7 +17,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     args = config_args(arg, flags=("runlocal",), config="configs/quickstart.py")
     c = default_config()
     if args["runlocal"]:
-        c.task.num_questions = 300
         c.sft.steps, c.sft.num_demos = 20, 100
         c.rl.steps, c.rl.max_new_tokens = 2, 16
         c.budget.update(rollouts=8, prompts=2, candidates=4)

@@ -14,14 +14,14 @@ Expected runtime at paper scale: hours on 16 accelerators.
 
 from configs.qwen3_8b_multihop import paper_scale, runlocal
 from configs.qwen3_14b_multihop import on_16_devices
-from trace_jax.config.files import config_args
+from trace_jax.config.files import config_args, use_source
 
 
 def get_config(arg: str | None = None):
     args = config_args(arg, flags=("runlocal",), values={"checkpoint": "", "train": "", "test": "", "corpus": ""},
                        config="configs/qwen3_14b_hotpotqa.py")
     c = paper_scale(args["checkpoint"], "14b")
-    c.task.update(source="hotpotqa", train_path=args["train"], test_path=args["test"], corpus_path=args["corpus"],
+    use_source(c, "hotpotqa", train_path=args["train"], test_path=args["test"], corpus_path=args["corpus"],
                   max_turns=6, action_format="hermes", f1_success=0.3)
     on_16_devices(c)  # the 14B mesh the dry run showed fits 16 GiB devices
     return runlocal(c) if args["runlocal"] else c

@@ -11,7 +11,7 @@ hours on 8 H100s.
 """
 
 from configs.qwen3_8b_multihop import paper_scale
-from trace_jax.config.files import config_args
+from trace_jax.config.files import config_args, use_source
 
 CATEGORIES = "simple_python,multiple,parallel,parallel_multiple,live_simple,live_multiple,irrelevance"
 
@@ -20,6 +20,6 @@ def get_config(arg: str | None = None):
     args = config_args(arg, values={"checkpoint": "", "data": "", "categories": CATEGORIES},
                        config="configs/qwen3_8b_bfcl.py")
     c = paper_scale(args["checkpoint"])
-    c.task.update(source="bfcl", train_path=args["data"], categories=args["categories"], max_turns=6)
+    use_source(c, "bfcl", train_path=args["data"], categories=args["categories"], max_turns=6)
     c.eval.num_tasks = 0  # every held-out task
     return c

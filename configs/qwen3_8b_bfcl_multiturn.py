@@ -21,14 +21,14 @@ official backends, the checker's reward into the learner); it does not learn.
 """
 
 from configs.qwen3_8b_multihop import paper_scale, runlocal
-from trace_jax.config.files import config_args
+from trace_jax.config.files import config_args, use_source
 
 
 def get_config(arg: str | None = None):
     args = config_args(arg, flags=("runlocal",), values={"checkpoint": "", "data": "", "subsets": ""},
                        config="configs/qwen3_8b_bfcl_multiturn.py")
     c = paper_scale(args["checkpoint"])
-    c.task.update(source="bfcl_multi_turn", train_path=args["data"], categories=args["subsets"].replace("+", ","),
+    use_source(c, "bfcl_multi_turn", train_path=args["data"], categories=args["subsets"].replace("+", ","),
                   max_turns=40, max_tokens=16384, action_format="hermes")
     c.eval.num_tasks = 0  # every test task (a fifth of the chosen subsets)
     if args["runlocal"]:

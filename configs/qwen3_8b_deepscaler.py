@@ -13,13 +13,13 @@ Expected runtime at paper scale: hours on 8 H100s.
 """
 
 from configs.qwen3_8b_multihop import paper_scale, runlocal
-from trace_jax.config.files import config_args
+from trace_jax.config.files import config_args, use_source
 
 
 def get_config(arg: str | None = None):
     args = config_args(arg, flags=("runlocal",), values={"checkpoint": "", "train": "", "test": ""},
                        config="configs/qwen3_8b_deepscaler.py")
     c = paper_scale(args["checkpoint"])
-    c.task.update(source="deepscaler", train_path=args["train"], test_path=args["test"], max_turns=10,
+    use_source(c, "deepscaler", train_path=args["train"], test_path=args["test"], max_turns=10,
                   action_format="hermes")
     return runlocal(c) if args["runlocal"] else c

@@ -9,11 +9,11 @@ hours on 8 H100s.
 """
 
 from configs.qwen3_8b_multihop import paper_scale
-from trace_jax.config.files import config_args
+from trace_jax.config.files import config_args, use_source
 
 
 def get_config(arg: str | None = None):
     args = config_args(arg, values={"checkpoint": "", "train": "", "test": ""}, config="configs/qwen3_8b_gsm8k.py")
     c = paper_scale(args["checkpoint"])
-    c.task.update(source="gsm8k", train_path=args["train"], test_path=args["test"], max_turns=10)
+    use_source(c, "gsm8k", train_path=args["train"], test_path=args["test"], max_turns=10)
     return c

@@ -14,7 +14,7 @@ Search-R1's own protocol (`format=search_r1`, the default: `<search>`, `<answer>
 """
 
 from configs.qwen3_8b_multihop import paper_scale
-from trace_jax.config.files import config_args
+from trace_jax.config.files import config_args, use_source
 
 
 def get_config(arg: str | None = None):
@@ -22,6 +22,6 @@ def get_config(arg: str | None = None):
                                     "format": "search_r1"},
                        config="configs/qwen3_8b_search_r1.py")
     c = paper_scale(args["checkpoint"])
-    c.task.update(source="search_r1", train_path=args["train"], test_path=args["test"], corpus_path=args["corpus"],
+    use_source(c, "search_r1", train_path=args["train"], test_path=args["test"], corpus_path=args["corpus"],
                   search_url=args["url"], max_turns=5, action_format=args["format"])
     return c

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from trace_jax.envs import SOURCES
 from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
 from trace_jax.envs.react import Action, format_action
 from trace_jax.envs.scoring import exact_match
+from trace_jax.envs.sources import TASK_SOURCES, SyntheticTaskConfig
 from trace_jax.envs.splits import split_of
 
 MAX_WORD = 64
@@ -64,4 +64,6 @@ class ReverseTasks(TaskSource):
         return policy
 
 
-SOURCES["reverse"] = ReverseTasks
+@TASK_SOURCES.register("reverse", config=SyntheticTaskConfig)
+def _reverse(c: SyntheticTaskConfig) -> ReverseTasks:
+    return ReverseTasks(c.seed, num_questions=c.num_questions)

@@ -17,7 +17,7 @@ import numpy as np
 
 from trace_jax.envs import SOURCES
 from trace_jax.envs.oracle import run_episode
-from trace_jax.envs.tasks.datasets import DATASETS
+from trace_jax.envs.sources import TASK_SOURCES, build
 
 
 def main():
@@ -31,12 +31,14 @@ def main():
     parser.add_argument("--categories", default="")
     args = parser.parse_args()
     out = {}
-    if args.source and args.source not in SOURCES and args.source not in DATASETS:
-        parser.error(f"unknown --source {args.source!r}; known: {sorted(SOURCES) + sorted(DATASETS)}")
+    if args.source and args.source not in TASK_SOURCES:
+        parser.error(f"unknown --source {args.source!r}; known: {TASK_SOURCES.names()}")
     names = [args.source] if args.source else list(SOURCES)
+    files = {k: v for k, v in (("train_path", args.train_path), ("test_path", args.test_path),
+                               ("categories", args.categories)) if v}
     for name in names:
-        source = (SOURCES[name](args.seed) if name in SOURCES else
-                  DATASETS[name](train_path=args.train_path, test_path=args.test_path, categories=args.categories))
+        # a synthetic source at its own difficulty range (max_difficulty 0), a file source from the files given
+        source = build(name, seed=args.seed, max_difficulty=0) if name in SOURCES else build(name, seed=args.seed, **files)
         env = source.make_env()
         tasks = source.tasks(args.split)
         for rate in map(float, args.rates.split(",")):

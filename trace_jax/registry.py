@@ -20,20 +20,21 @@ class RegistryError(ValueError):
 class Entry(Generic[T]):
     name: str
     build: Callable[..., T]  # build(config, **context) -> the piece (a class, or a function's binder)
-    config: type  # frozen dataclass with a `name` field
+    config: type  # frozen dataclass with the registry's key field (`name`, or `source` for tasks)
 
 
 class Registry(Generic[T]):
     """`register(name, config=...)` decorates a class or function; `config(section)` validates a
-    section dict into the entry's config; `make(config, **context)` builds the entry."""
+    section dict into the entry's config; `make(config, **context)` builds the entry. `key`: the config
+    field that names the entry ("name"; the task section's is "source")."""
 
-    def __init__(self, kind: str, section: str):
-        self.kind, self.section = kind, section
+    def __init__(self, kind: str, section: str, key: str = "name"):
+        self.kind, self.section, self.key = kind, section, key
         self._entries: dict[str, Entry[T]] = {}
 
     def register(self, name: str, *, config: type):
-        if "name" not in {f.name for f in dataclasses.fields(config)}:
-            raise TypeError(f"{config.__name__} must have a `name` field to be a {self.kind} config")
+        if self.key not in {f.name for f in dataclasses.fields(config)}:
+            raise TypeError(f"{config.__name__} must have a `{self.key}` field to be a {self.kind} config")
 
         def wrap(obj):
             if name in self._entries:
@@ -59,9 +60,9 @@ class Registry(Generic[T]):
         (What a config file lists so that `--config.<section>.<field>=` works for every entry.)"""
         out: dict[str, Any] = {}
         for entry in [e for e in self._entries.values() if e.name != name] + [self.entry(name)]:
-            defaults = entry.config(name=entry.name)
+            defaults = entry.config(**{self.key: entry.name})
             out.update({f.name: getattr(defaults, f.name) for f in dataclasses.fields(entry.config)})
-        out["name"] = name
+        out[self.key] = name
         return out
 
     def config(self, section: Mapping[str, Any], default_name: str):
@@ -69,13 +70,13 @@ class Registry(Generic[T]):
         config is dropped while it holds that entry's default (a config file lists every entry's
         fields) and is an error once it is set; a field of no entry is an error."""
         given = dict(section)
-        name = given.pop("name", default_name)
+        name = given.pop(self.key, default_name)
         if name not in self._entries:
-            raise RegistryError(f"field '{self.section}.name': unknown {self.kind} {name!r}; "
+            raise RegistryError(f"field '{self.section}.{self.key}': unknown {self.kind} {name!r}; "
                                 f"registered: {self.names()}")
         entry = self._entries[name]
         own = {f.name for f in dataclasses.fields(entry.config)}
-        kept = {"name": entry.name}
+        kept = {self.key: entry.name}
         for key, value in given.items():
             if key in own:
                 kept[key] = value
@@ -84,11 +85,11 @@ class Registry(Generic[T]):
             if not owners:
                 raise RegistryError(f"field '{self.section}.{key}' does not exist for any {self.kind}; "
                                     f"{entry.name!r} has {sorted(own)}")
-            if all(value != getattr(e.config(name=e.name), key) for e in owners):
+            if all(value != getattr(e.config(**{self.key: e.name}), key) for e in owners):
                 raise RegistryError(f"field '{self.section}.{key}'={value!r} applies to "
                                     f"{sorted(e.name for e in owners)}, not to {self.kind} {entry.name!r}")
         return entry.config(**kept)
 
     def make(self, config, **context) -> T:
-        """Builds the entry named by `config.name` from its config (and what the caller provides)."""
-        return self.entry(config.name).build(config, **context)
+        """Builds the entry named by the config's key field from its config (and what the caller provides)."""
+        return self.entry(getattr(config, self.key)).build(config, **context)

@@ -16,9 +16,11 @@ from trace_jax.config.files import from_config_dict
 from trace_jax.config.schema import ConfigError
 from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.protocol import Task
-from trace_jax.envs.tasks.datasets import DATASETS
+from trace_jax.envs.sources import build
 from trace_jax.run import train
 from trace_jax.run.records import read_steps
+
+FILE_SOURCES = ("bfcl", "bfcl_multi_turn", "deepscaler", "gsm8k", "hotpotqa", "search_r1")  # task sources reading files
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAMES = ["Ada", "Bo", "Cyra", "Dev", "Esme", "Finn", "Gia", "Hugo", "Iris", "Jonas", "Kai", "Lena"]
@@ -88,11 +90,11 @@ def files(tmp_path_factory):
     return _files(tmp_path_factory.mktemp("data"))
 
 
-@pytest.mark.parametrize("name", sorted(DATASETS))
+@pytest.mark.parametrize("name", FILE_SOURCES)
 def test_sources_load_split_and_their_oracles_succeed(files, name):
     if name == "bfcl_multi_turn":
         pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3.23")
-    source = DATASETS[name](**files[name])
+    source = build(name, **files[name])
     every = [t for split in ("train", "validation", "test") for t in source.tasks(split)]
     assert len({t.id for t in every}) == len(every) > 0
     if "test_path" in files[name]:
@@ -138,7 +140,7 @@ def test_2wikimultihopqa_rows_load_as_hotpotqa_and_their_oracle_succeeds(tmp_pat
              "context": [[f"Film{i}", [f"Film{i} is directed by Director{i}."]],
                          [f"Director{i}", [f"Director{i} is the child of Mother{i}."]]]} for i in range(6)]
     (tmp_path / "2wiki_dev.json").write_text(json.dumps(rows))
-    source = DATASETS["hotpotqa"](train_path=str(tmp_path / "2wiki_dev.json"))
+    source = build("hotpotqa", train_path=str(tmp_path / "2wiki_dev.json"))
     tasks = [t for split in ("train", "validation", "test") for t in source.tasks(split)]
     assert len(tasks) == 6 and {t.data["type"] for t in tasks} == {"compositional"}
     env = source.make_env()
@@ -159,14 +161,15 @@ def test_hotpotqa_scores_exact_match_or_token_f1_at_the_configured_threshold(fil
         assert reward == em and info["em"] == em and abs(info["f1"] - f1) < 1e-9
         reward, info = lenient.score(task, answer, None)
         assert reward == float(passes_at_0_3) and info["em"] == em
-    with pytest.raises(ConfigError, match="'task.f1_success' applies to question answering"):
-        experiment._world(from_config_dict(_config("gsm8k", files["gsm8k"], **{"task.f1_success": 0.3})).task)
+    with pytest.raises(ConfigError, match=r"'task.f1_success'=0.3 applies to \['hotpotqa', 'multihop', 'search_r1'\], "
+                                          "not to task source 'gsm8k'"):
+        from_config_dict(_config("gsm8k", files["gsm8k"], **{"task.f1_success": 0.3}))
     with pytest.raises(ConfigError, match="f1_success"):
         from_config_dict(_config("hotpotqa", files["hotpotqa"], **{"task.f1_success": 1.5}))
 
 
 def test_bfcl_irrelevance_succeeds_only_without_calls(files):
-    source = DATASETS["bfcl"](**files["bfcl"])
+    source = build("bfcl", **files["bfcl"])
     task = next(t for t in source.tasks("train") + source.tasks("test") + source.tasks("validation")
                 if not t.data["ground_truth"])
     episode = source.make_env().start(task)
@@ -197,8 +200,12 @@ def test_missing_files_and_misplaced_fields_are_named_before_compute(files, tmp_
         from_config_dict(_config("search_r1", {"train_path": files["search_r1"]["train_path"]}))
     with pytest.raises(ConfigError, match=r"'task\.train_path' must name the training file"):
         from_config_dict(_config("hotpotqa", {}))
-    with pytest.raises(ConfigError, match=r"apply to the dataset sources"):
+    with pytest.raises(ConfigError, match=r"'task\.train_path'=.* applies to \['bfcl', .*\], not to task source 'math'"):
         from_config_dict(_config("math", {"train_path": files["gsm8k"]["train_path"]}))
+    with pytest.raises(ConfigError, match=r"'task\.categories'='simple_python' applies to \['bfcl', 'bfcl_multi_turn'\]"):
+        from_config_dict(_config("gsm8k", {**files["gsm8k"], "categories": "simple_python"}))
+    with pytest.raises(ConfigError, match=r"'task\.num_questions'=300 applies to .*not to task source 'gsm8k'"):
+        from_config_dict(_config("gsm8k", {**files["gsm8k"], "num_questions": 300}))
     with pytest.raises(ConfigError, match=r"needs a synthetic generator"):
         from_config_dict(_config("gsm8k", files["gsm8k"], **{"eval.split": "separate", "eval.num_tasks": 10}))
     with pytest.raises(ConfigError, match=r"'task\.search_url'='ftp://x': an http\(s\) URL"):

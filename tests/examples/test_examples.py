@@ -69,7 +69,7 @@ def test_the_estimator_trains(tmp_path):
 
 @pytest.mark.slow
 def test_the_environment_is_solved_by_its_oracle_and_trains(tmp_path):
-    source = SOURCES["reverse"](0, num_questions=60)
+    source = examples.reverse_env.ReverseTasks(0, num_questions=60)
     env = source.make_env()
     assert all(run_episode(env, t, source.oracle()).success for t in source.tasks("train")[:10])
     assert env.start(source.tasks("train")[0]).step("Action: reverse[" + "x" * 100 + "]").observation.startswith("Error")
@@ -80,7 +80,7 @@ def test_the_environment_is_solved_by_its_oracle_and_trains(tmp_path):
 
 @pytest.mark.parametrize("name", ["multihop", "math", "reverse"])
 def test_the_action_format_rewrites_demonstrations_that_still_succeed(name):
-    source = SOURCES[name](0, num_questions=60)
+    source = (examples.reverse_env.ReverseTasks if name == "reverse" else SOURCES[name])(0, num_questions=60)
     env = source.make_env(Limits(max_turns=10))
     env.action_format = FORMATS["xml"]
     for task in source.tasks("train")[:5]:

@@ -10,9 +10,9 @@ import pickle
 import numpy as np
 import pytest
 
-from tests.envs.test_datasets import _files
+from tests.envs.test_datasets import FILE_SOURCES, _files
 from trace_jax.envs import SOURCES
-from trace_jax.envs.tasks.datasets import DATASETS
+from trace_jax.envs.sources import build
 from trace_jax.parallel import exchange
 
 
@@ -23,10 +23,10 @@ def test_one_process_gathers_its_own_value():
 def _sources(tmp_path):
     out = {name: SOURCES[name](0, num_questions=60) for name in sorted(SOURCES)}
     files = _files(tmp_path)
-    for name in sorted(DATASETS):
+    for name in FILE_SOURCES:
         if name == "bfcl_multi_turn":
             pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3.23")
-        out[name] = DATASETS[name](**files[name])
+        out[name] = build(name, **files[name])
     return out
 
 

@@ -11,11 +11,10 @@ import os
 
 import jax
 
-from trace_jax.config.schema import ConfigError, EvalSection, RunConfig, TaskSection, section_classes
-from trace_jax.envs import SOURCES
+from trace_jax.config.schema import ConfigError, EvalSection, RunConfig, section_classes
 from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
 from trace_jax.envs.formats import FORMATS
-from trace_jax.envs.tasks.datasets import DATASETS
+from trace_jax.envs.sources import SyntheticTaskConfig, TaskConfig
 from trace_jax.models.config import REMAT_POLICIES
 from trace_jax.models.presets import PRESETS
 from trace_jax.rollout.agent_loop import MAX_TURNS
@@ -102,31 +101,24 @@ def check_fields(run: RunConfig) -> None:
                           f"{run.budget.candidates} conflict: prompts are chosen among the candidates")
 
 
-def _check_dataset(task: TaskSection, evaluation: EvalSection) -> None:
-    """The files a dataset source reads exist (named before any compute); synthetic sources take none."""
-    given = {f"task.{k}": getattr(task, k) for k in ("train_path", "test_path", "corpus_path", "categories",
-                                                      "search_url")}
-    if task.source in SOURCES:
-        extra = [k for k, v in given.items() if v]
-        if extra:
-            raise ConfigError(f"config field(s) {extra} apply to the dataset sources {sorted(DATASETS)}, not to "
-                              f"the synthetic source {task.source!r}")
+def _check_dataset(task: TaskConfig, evaluation: EvalSection) -> None:
+    """The files a file-reading source reads exist (named before any compute). Which fields a source has is
+    its config class's (`envs/sources.py`): another source's field was refused when the section was parsed."""
+    if isinstance(task, SyntheticTaskConfig):
         return
     if not task.train_path and task.source != "bfcl_multi_turn":  # "" there: the installed bfcl_eval's data
         raise ConfigError(f"config field 'task.train_path' must name the training file of task.source="
                           f"{task.source!r}" + (" (the release's data directory)" if task.source == "bfcl" else ""))
-    for key in ("task.train_path", "task.test_path", "task.corpus_path"):
-        if given[key] and not os.path.exists(given[key]):
-            raise ConfigError(f"config field '{key}': path {given[key]!r} does not exist")
+    for field in ("train_path", "test_path", "corpus_path"):
+        path = getattr(task, field, "")
+        if path and not os.path.exists(path):
+            raise ConfigError(f"config field 'task.{field}': path {path!r} does not exist")
     if task.source == "search_r1" and not task.corpus_path and not task.search_url:
         raise ConfigError("config field 'task.corpus_path' must name the corpus JSONL for task.source='search_r1' "
                           "(or task.search_url a retrieval server)")
-    if task.search_url and (task.source not in ("hotpotqa", "search_r1")
-                            or not task.search_url.startswith(("http://", "https://"))):
-        raise ConfigError(f"config field 'task.search_url'={task.search_url!r}: an http(s) URL, for the search "
-                          "sources hotpotqa and search_r1")
-    if task.categories and task.source not in ("bfcl", "bfcl_multi_turn"):
-        raise ConfigError("config field 'task.categories' applies to task.source='bfcl' and 'bfcl_multi_turn' only")
+    search_url = getattr(task, "search_url", "")
+    if search_url and not search_url.startswith(("http://", "https://")):
+        raise ConfigError(f"config field 'task.search_url'={search_url!r}: an http(s) URL of a retrieval server")
     if evaluation.split == SEPARATE:
         raise ConfigError(f"config field 'eval.split'='separate' needs a synthetic generator; task.source="
                           f"{task.source!r} reads files: use 'test' (task.test_path) or 'validation'")
@@ -148,9 +140,6 @@ def check_consistency(run: RunConfig) -> None:
     if FORMATS[run.task.action_format].needs_chat_template and not (run.model.checkpoint or run.model.tokenizer):
         raise ConfigError(f"config field 'task.action_format'={run.task.action_format!r} needs a chat template: set "
                           "model.checkpoint or model.tokenizer (the bundled tokenizer has none)")
-    if run.task.source not in SOURCES and run.task.source not in DATASETS:
-        raise ConfigError(f"config field 'task.source': unknown source {run.task.source!r}; known "
-                          f"{sorted(SOURCES) + sorted(DATASETS)}")
     _check_dataset(run.task, run.eval)
     if not 1 <= run.task.max_turns <= MAX_TURNS:
         raise ConfigError(f"config field 'task.max_turns'={run.task.max_turns} must be in [1, {MAX_TURNS}] (every "

@@ -1,7 +1,8 @@
 """Config files in and out: every section's defaults as an `ml_collections.ConfigDict` for `configs/*.py`
 to build on (the typed dataclasses in `schema.py` are the one home of defaults; a config file overrides only
 what differs), the parser of a config file's argument (`file.py:runlocal,checkpoint=/path`), and
-`from_config_dict`, the one way a config file's dict becomes a checked `RunConfig`."""
+`from_config_dict`, the one way a config file's dict becomes a checked `RunConfig`; `use_source` points a
+config's task section at another task source."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import ml_collections
 
 from trace_jax.config import checks, schema
+from trace_jax.envs.sources import TASK_SOURCES
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -20,9 +22,23 @@ def default_config() -> ml_collections.ConfigDict:
     c = {"seed": 0}
     for name, cls in schema.section_classes().items():
         registry = schema.registry_of(name)
-        c[name] = registry.default_fields(cls().name) if registry else dataclasses.asdict(cls())
+        c[name] = registry.default_fields(getattr(cls(), registry.key)) if registry else dataclasses.asdict(cls())
     c["advantage"]["name"] = ""
     return ml_collections.ConfigDict(c)
+
+
+def use_source(c: ml_collections.ConfigDict, source: str, **fields) -> ml_collections.ConfigDict:
+    """Points `c.task` at `source` with `fields` set: every task field the source does not have goes back to
+    its default first (a field of another source that a base config set, say the synthetic generator's
+    num_questions, would otherwise be refused by name). Returns `c`."""
+    own = {f.name for f in dataclasses.fields(TASK_SOURCES.entry(source).config)}
+    defaults = TASK_SOURCES.default_fields(source)
+    for key in list(c.task.keys()):
+        if key not in own:
+            c.task[key] = defaults[key]
+    c.task.source = source
+    c.task.update(fields)
+    return c
 
 
 def config_args(arg: str | None, *, flags: Sequence[str] = (), values: Mapping[str, str] | None = None,

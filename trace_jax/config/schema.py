@@ -10,6 +10,7 @@ from typing import Any
 
 from trace_jax.allocation import ALLOCATORS, AllocatorConfig, BudgetConfig, default_advantage
 from trace_jax.allocation.predictor import PredictorConfig
+from trace_jax.envs.sources import TASK_SOURCES, TaskConfig
 from trace_jax.registry import RegistryError
 from trace_jax.rl.advantages import ESTIMATORS, AdvantageConfig
 from trace_jax.rl.learner import LearnerConfig
@@ -34,53 +35,6 @@ class ModelSection:
     tokenizer: str = ""
     param_dtype: str = "float32"
     dtype: str = "float32"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TaskSection:
-    """Attributes:
-      source: a synthetic source ("multihop", "math", "funcall") or a dataset read from local files
-        ("gsm8k", "deepscaler", "hotpotqa", "search_r1", "bfcl", "bfcl_multi_turn"; `envs/tasks/datasets.py`).
-      seed: world/task generation seed.
-      num_questions: synthetic questions generated (across splits).
-      max_difficulty: hops/steps cap for the synthetic source (0 = the source default).
-      max_turns, max_tokens: episode limits.
-      search_top_k, search_words: passages per search and words per passage (multihop, hotpotqa, search_r1).
-      train_path: a dataset's training file (bfcl, bfcl_multi_turn: the release's data directory; "" for
-        bfcl_multi_turn: the installed bfcl_eval package's).
-      test_path: its test file ("" = split the training file by question hash).
-      corpus_path: the retrieval corpus JSONL ({id, contents}; required for search_r1, optional for hotpotqa).
-      categories: bfcl's single-turn categories, comma-separated ("" = simple_python); bfcl_multi_turn's subsets
-        ("" = all four).
-      action_format: how the policy writes tool calls: "react" (`Action: tool[arg]`), "hermes" (native
-        `<tool_call>` JSON of Qwen3/Hermes chat templates; needs a tokenizer whose template renders tools) or
-        "search_r1" (`<search>`/`<answer>` with `<information>` results; search sources only).
-      search_url: "" searches in-process with BM25; an http(s) URL sends the searches of hotpotqa/search_r1 to
-        a Search-R1-compatible retrieval server there (`trace_jax/envs/tools/retrieval.py`).
-      f1_success: 0 scores question answering (multihop, hotpotqa, search_r1) by exact match; > 0 also
-        counts a final answer whose token F1 with a gold answer reaches it (the paper's HotpotQA success: 0.3).
-        Both EM and F1 are reported either way.
-      thinking: False renders chat-template prompts and observations with `enable_thinking=False` (Qwen3's
-        hybrid templates then open each assistant turn with an empty think block: short turns, the notebook's
-        choice); True leaves the template's default. Templates without the variable ignore it.
-    """
-
-    source: str = "multihop"
-    seed: int = 0
-    num_questions: int = 2000
-    max_difficulty: int = 2
-    max_turns: int = 5
-    max_tokens: int = 200
-    search_top_k: int = 2
-    search_words: int = 24
-    train_path: str = ""
-    test_path: str = ""
-    corpus_path: str = ""
-    categories: str = ""
-    search_url: str = ""
-    action_format: str = "react"
-    thinking: bool = True
-    f1_success: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -186,9 +140,9 @@ class MeshSection:
     tensor: int = 1
 
 
-# Sections whose `name` picks a registry entry; the entry's config class validates the section.
-_REGISTRY_SECTIONS = {"allocator": ALLOCATORS, "advantage": ESTIMATORS, "loss": LOSSES}
-_SECTIONS = {"model": ModelSection, "task": TaskSection, "sft": SFTSection, "rl": RLSection,
+# Sections whose `name` (the task's `source`) picks a registry entry; the entry's config class validates the section.
+_REGISTRY_SECTIONS = {"task": TASK_SOURCES, "allocator": ALLOCATORS, "advantage": ESTIMATORS, "loss": LOSSES}
+_SECTIONS = {"model": ModelSection, "task": TaskConfig, "sft": SFTSection, "rl": RLSection,
              "learner": LearnerConfig, "budget": BudgetConfig, "allocator": AllocatorConfig,
              "predictor": PredictorConfig, "advantage": AdvantageConfig, "loss": LossConfig,
              "eval": EvalSection, "checkpoint": CheckpointSection, "mesh": MeshSection}
@@ -198,7 +152,7 @@ _SECTIONS = {"model": ModelSection, "task": TaskSection, "sft": SFTSection, "rl"
 class RunConfig:
     seed: int
     model: ModelSection
-    task: TaskSection
+    task: TaskConfig  # the source's own config class (`envs/sources.py`)
     sft: SFTSection
     rl: RLSection
     learner: LearnerConfig
@@ -244,7 +198,8 @@ def parse(config) -> RunConfig:
             if name == "advantage" and not given.get("name"):  # unnamed: the allocator's own estimator
                 given["name"] = default_advantage(sections["allocator"].name)
             if name in _REGISTRY_SECTIONS:
-                sections[name] = _REGISTRY_SECTIONS[name].config(given, default_name=cls().name)
+                registry = _REGISTRY_SECTIONS[name]
+                sections[name] = registry.config(given, default_name=getattr(cls(), registry.key))
             else:
                 sections[name] = cls(**given)
         except (RegistryError, ValueError, TypeError) as e:
@@ -273,12 +228,27 @@ ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path":
                 "allocator.prefix_cost": "tokens", "eval.sample_every": 0}
 
 
+# The task section's fields before each source owned its config class (one union of every source's fields),
+# with their defaults: `settings` still lists the task section this way, a field the source does not have at
+# this default (a source's config refuses another's field once it is set), so stored runs, SFT checkpoints
+# and cached studies keep the settings, and the hashes, they were made under.
+TASK_FIELDS_BEFORE_SOURCES = {"source": "multihop", "seed": 0, "num_questions": 2000, "max_difficulty": 2,
+                              "max_turns": 5, "max_tokens": 200, "search_top_k": 2, "search_words": 24,
+                              "train_path": "", "test_path": "", "corpus_path": "", "categories": "", "search_url": "",
+                              "action_format": "react", "thinking": True, "f1_success": 0.0}
+
+
+def _section_fields(run: RunConfig, name: str) -> dict[str, Any]:
+    fields = dataclasses.asdict(getattr(run, name))
+    return {**TASK_FIELDS_BEFORE_SOURCES, **fields} if name == "task" else fields
+
+
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:
     """`{"section.field": value}` for the given sections (all fields and the seed when None), as JSON
     would store it, so a stored copy compares equal."""
     flat = {"seed": run.seed} if sections is None else {}
     for name in sections or _SECTIONS:
-        for field, value in dataclasses.asdict(getattr(run, name)).items():
+        for field, value in _section_fields(run, name).items():
             key = f"{name}.{field}"
             if not (key in ADDED_FIELDS and value == ADDED_FIELDS[key]):
                 flat[key] = value

@@ -16,13 +16,13 @@ from jax.sharding import Mesh
 
 from trace_jax.config import schema
 from trace_jax.config.files import from_config_dict
-from trace_jax.envs import SOURCES, Limits
+from trace_jax.envs import Limits
 from trace_jax.envs.eval_sets import SEPARATE, EvalGroup, flat_tasks, separate_eval_set, split_eval_set
 from trace_jax.envs.formats import FORMATS
 from trace_jax.envs.protocol import Env, TaskSource
 from trace_jax.envs.oracle import run_episode
 from trace_jax.envs.render import ChatRenderer, ReactRenderer
-from trace_jax.envs.tasks.datasets import DATASETS
+from trace_jax.envs.sources import TASK_SOURCES, TaskConfig
 from trace_jax.models import hf_io, init_params
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
@@ -77,16 +77,11 @@ class Setup:
                                overlap_tools=self.run.rl.overlap_tools, keep_prefixes=self.run.rl.keep_prefixes))
 
 
-def _world(task: schema.TaskSection):
-    """The task source and its environment, as the config builds them."""
-    source = _source(task)
+def _world(task: TaskConfig):
+    """The task source (built by its registry entry from its config alone) and its environment."""
+    source = TASK_SOURCES.make(task)
     env = source.make_env(Limits(max_turns=task.max_turns, max_tokens=task.max_tokens))
     env.action_format = FORMATS[task.action_format]
-    if task.f1_success:
-        if not hasattr(env, "f1_success"):
-            raise schema.ConfigError(f"config field 'task.f1_success' applies to question answering "
-                                         f"(multihop, hotpotqa, search_r1), not to task.source={task.source!r}")
-        env.f1_success = task.f1_success
     missing = [t for t in env.action_format.requires_tools if t not in env.tools]
     if missing:
         raise schema.ConfigError(f"config field 'task.action_format'={task.action_format!r} is written for the "
@@ -99,24 +94,6 @@ def _eval_groups(run: schema.RunConfig, source, env) -> list[EvalGroup]:
         return separate_eval_set(lambda seed: _world(dataclasses.replace(run.task, seed=seed)), source,
                                  run.eval.num_tasks, seed=run.task.seed)
     return split_eval_set(source, env, run.eval.split, run.eval.num_tasks)
-
-
-def _source(task: schema.TaskSection):
-    if task.source in DATASETS:
-        source = DATASETS[task.source](train_path=task.train_path, test_path=task.test_path,
-                                       corpus_path=task.corpus_path, categories=task.categories,
-                                       search_url=task.search_url)
-        if hasattr(source, "index"):
-            source.index.top_k, source.index.max_words = task.search_top_k, task.search_words
-        return source
-    kwargs = {"num_questions": task.num_questions}
-    if task.max_difficulty:
-        kwargs[{"multihop": "max_hops", "math": "max_steps"}.get(task.source, "")] = task.max_difficulty
-        kwargs.pop("", None)
-    source = SOURCES[task.source](task.seed, **kwargs)
-    if task.source == "multihop":
-        source.index.top_k, source.index.max_words = task.search_top_k, task.search_words
-    return source
 
 
 def _tokenizer(run: schema.RunConfig, source, workdir: str):
@@ -137,7 +114,7 @@ def _tokenizer(run: schema.RunConfig, source, workdir: str):
     return load_tokenizer(path)
 
 
-def _template_args(task: schema.TaskSection) -> dict:
+def _template_args(task: TaskConfig) -> dict:
     return {} if task.thinking else {"enable_thinking": False}
 
 

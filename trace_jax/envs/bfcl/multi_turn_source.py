@@ -40,7 +40,7 @@ class BFCLMultiTurnTasks(TaskSource):
 
     name = "bfcl_multi_turn"
 
-    def __init__(self, *, train_path: str = "", categories: str = "", **_):
+    def __init__(self, *, train_path: str = "", categories: str = ""):
         chosen = [c.strip() for c in (categories or ",".join(mt.SUBSETS)).split(",") if c.strip()]
         unknown = [c for c in chosen if c not in mt.SUBSETS]
         if unknown:

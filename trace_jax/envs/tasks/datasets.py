@@ -56,7 +56,7 @@ class GSM8KTasks(TaskSource):
 
     name = "gsm8k"
 
-    def __init__(self, *, train_path: str, test_path: str = "", **_):
+    def __init__(self, *, train_path: str, test_path: str = ""):
         self._tasks = with_splits(load_gsm8k(train_path), load_gsm8k(test_path) if test_path else [])
 
     def make_env(self, limits: Limits | None = None) -> CalculatorEnv:
@@ -121,7 +121,7 @@ class DeepScaleRTasks(TaskSource):
 
     name = "deepscaler"
 
-    def __init__(self, *, train_path: str, test_path: str = "", **_):
+    def __init__(self, *, train_path: str, test_path: str = ""):
         try:
             import math_verify  # noqa: F401
         except ImportError as e:
@@ -149,8 +149,8 @@ class SearchTasks(TaskSource):
     `search_url`, a retrieval server (`tools/retrieval.py`)."""
 
     def __init__(self, name: str, *, train_path: str, test_path: str = "", corpus_path: str = "", search_url: str = "",
-                 **_):
-        self.name = name
+                 top_k: int = 3, max_words: int = 60, f1_success: float = 0.0):
+        self.name, self.f1_success = name, f1_success
         if name == "hotpotqa":
             train, docs = load_hotpotqa(train_path)
             test, test_docs = load_hotpotqa(test_path) if test_path else ([], [])
@@ -163,13 +163,14 @@ class SearchTasks(TaskSource):
                                 "or task.search_url (a retrieval server)")
             train, test = load_search_r1(train_path), load_search_r1(test_path) if test_path else []
         if search_url:
-            self.index = RetrievalClient(search_url, top_k=3)
+            self.index = RetrievalClient(search_url, top_k=top_k, max_words_per_passage=max_words)
         else:
-            self.index = SearchIndex(load_corpus(corpus_path) if corpus_path else docs, top_k=3)
+            self.index = SearchIndex(load_corpus(corpus_path) if corpus_path else docs, top_k=top_k,
+                                     max_words_per_passage=max_words)
         self._tasks = with_splits(train, test)
 
     def make_env(self, limits: Limits | None = None) -> MultiHopEnv:
-        return MultiHopEnv(self.index, limits or Limits(max_turns=10))
+        return MultiHopEnv(self.index, limits or Limits(max_turns=10), f1_success=self.f1_success)
 
     def oracle(self, mistake_rate: float = 0.0):
         return SearchOracle()
@@ -192,7 +193,7 @@ class BFCLTasks(TaskSource):
 
     name = "bfcl"
 
-    def __init__(self, *, train_path: str, categories: str = "", **_):
+    def __init__(self, *, train_path: str, categories: str = ""):
         chosen = [c.strip() for c in (categories or "simple_python").split(",") if c.strip()]
         unknown = [c for c in chosen if c not in BFCL_SINGLE_TURN]
         if unknown:
@@ -252,6 +253,3 @@ class BFCLOracle:
             return format_action("call", json.dumps({"name": name, "arguments": arguments}), f"I call {name}.")
         return format_action("finish", "done", "Every needed call is made." if calls else "No function fits.")
 
-
-DATASETS = {"gsm8k": GSM8KTasks, "deepscaler": DeepScaleRTasks, "bfcl_multi_turn": BFCLMultiTurnTasks, "hotpotqa": lambda **kw: SearchTasks("hotpotqa", **kw),
-            "search_r1": lambda **kw: SearchTasks("search_r1", **kw), "bfcl": BFCLTasks}

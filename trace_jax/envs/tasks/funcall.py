@@ -122,7 +122,9 @@ class FunctionCallingTasks(TaskSource):
     name = "funcall"
     KINDS = ("id", "city", "weather", "order", "convert")
 
-    def __init__(self, seed: int = 0, *, num_questions: int = 600):
+    def __init__(self, seed: int = 0, *, num_questions: int = 600, max_calls: int = 0):
+        if max_calls < 0:
+            raise ValueError(f"max_calls must be >= 0 (0: every task; task.max_difficulty), got {max_calls}")
         rng = np.random.default_rng(seed)
         self.db = Database(rng)
         seen, self._tasks = set(), []
@@ -132,7 +134,7 @@ class FunctionCallingTasks(TaskSource):
                 break
             kind = self.KINDS[attempt % len(self.KINDS)]
             question, calls, answer = _plan(self.db, rng, str(rng.choice(names)), kind)
-            if question in seen:
+            if question in seen or (max_calls and len(calls) > max_calls):
                 continue
             seen.add(question)
             gold = [{"name": c.name, "arguments": {k: [v] for k, v in c.arguments.items()}} for c, _ in calls]

@@ -140,10 +140,11 @@ class MultiHopQA(TaskSource):
 
     name = "multihop"
 
-    def __init__(self, seed: int = 0, *, num_questions: int = 2000, max_hops: int = 4, **world_kwargs):
-        self.seed = seed
+    def __init__(self, seed: int = 0, *, num_questions: int = 2000, max_hops: int = 4, top_k: int = 3,
+                 max_words: int = 60, f1_success: float = 0.0, **world_kwargs):
+        self.seed, self.f1_success = seed, f1_success
         self.world = World(seed, **world_kwargs)
-        self.index = SearchIndex(self.world.documents, top_k=3)
+        self.index = SearchIndex(self.world.documents, top_k=top_k, max_words_per_passage=max_words)
         self._tasks = self._questions(np.random.default_rng(seed + 1), num_questions, max_hops)
 
     def _questions(self, rng, count: int, max_hops: int) -> list[Task]:
@@ -177,7 +178,7 @@ class MultiHopQA(TaskSource):
         return tasks
 
     def make_env(self, limits: Limits | None = None) -> MultiHopEnv:
-        return MultiHopEnv(self.index, limits or Limits(max_turns=10))
+        return MultiHopEnv(self.index, limits or Limits(max_turns=10), f1_success=self.f1_success)
 
     def oracle(self, mistake_rate: float = 0.0):
         return MultiHopOracle(self, mistake_rate)
@@ -190,12 +191,11 @@ class MultiHopEnv(Env):
 
     name = "multihop"
     tools = ("search",)
-    f1_success = 0.0  # set per run from task.f1_success
     TOOL_DOCS = {"search": ("query", "Returns the top passages of the document collection for the query.")}
 
-    def __init__(self, index: SearchIndex, limits: Limits | None = None):
+    def __init__(self, index: SearchIndex, limits: Limits | None = None, *, f1_success: float = 0.0):
         super().__init__(limits)
-        self.index = index
+        self.index, self.f1_success = index, f1_success
 
     def system_prompt(self, task: Task) -> str:
         return ("Answer the question by searching a document collection. Each turn, write a Thought and "

@@ -1,0 +1,75 @@
+"""The task-source registry (envs/sources.py): each source's config class is the task section, a field of
+another source is refused by name, configs switch sources with `use_source`, and the settings every stored
+run was hashed under are unchanged."""
+
+import dataclasses
+
+import pytest
+
+from configs import compare_funcall, quickstart
+from trace_jax.compare import grid
+from trace_jax.config import schema
+from trace_jax.config.files import default_config, from_config_dict, use_source
+from trace_jax.config.schema import ConfigError
+from trace_jax.envs.sources import TASK_SOURCES, MultiHopTaskConfig, SearchDatasetConfig, SyntheticTaskConfig, build
+from trace_jax.envs.tasks.multihop import MultiHopEnv
+
+
+def test_the_chosen_source_owns_the_task_section():
+    run = from_config_dict(default_config())
+    assert type(run.task) is MultiHopTaskConfig and run.task.search_top_k == 2
+    c = default_config()
+    c.task.source = "math"
+    run = from_config_dict(c)
+    assert type(run.task) is SyntheticTaskConfig and not hasattr(run.task, "search_top_k")
+    assert {f.name for f in dataclasses.fields(TASK_SOURCES.entry("hotpotqa").config)} >= {"corpus_path", "f1_success"}
+    assert TASK_SOURCES.entry("hotpotqa").config is SearchDatasetConfig
+
+
+def test_a_field_of_another_source_is_refused_by_name_once_it_is_set():
+    c = default_config()
+    c.task.update(source="math", search_top_k=5)
+    with pytest.raises(ConfigError, match=r"'task\.search_top_k'=5 applies to \['hotpotqa', 'multihop', 'search_r1'\], "
+                                          r"not to task source 'math'"):
+        from_config_dict(c)
+    c = default_config()
+    c.task.update(source="math", search_top_k=2)  # another source's default: dropped, not an error
+    assert from_config_dict(c).task.source == "math"
+    c.task.source = "chess"
+    with pytest.raises(ConfigError, match=r"'task\.source': unknown task source 'chess'"):
+        from_config_dict(c)
+
+
+def test_use_source_resets_what_the_new_source_does_not_have():
+    c = quickstart.get_config()
+    c.task.update(num_questions=300, max_difficulty=4)
+    use_source(c, "gsm8k", train_path="/data/train.jsonl", max_turns=10)
+    assert (c.task.source, c.task.train_path, c.task.max_turns) == ("gsm8k", "/data/train.jsonl", 10)
+    assert (c.task.num_questions, c.task.max_difficulty) == (2000, 2)
+    assert schema.parse(c).task.train_path == "/data/train.jsonl"
+
+
+def test_the_settings_stored_runs_were_hashed_under_are_unchanged():
+    """The task section still lists the fields of the one union section it replaced (at their defaults where
+    the source has none): every committed grid's run directories and SFT checkpoints are found again."""
+    assert schema.settings(from_config_dict(default_config()), ("task",)) == {
+        "task.source": "multihop", "task.seed": 0, "task.num_questions": 2000, "task.max_difficulty": 2,
+        "task.max_turns": 5, "task.max_tokens": 200, "task.search_top_k": 2, "task.search_words": 24}
+    compare, base = grid.split_config(compare_funcall.get_config("powered"))
+    assert schema.settings(from_config_dict(base), ("task",)) == {
+        "task.source": "funcall", "task.seed": 0, "task.num_questions": 2000, "task.max_difficulty": 0,
+        "task.max_turns": 6, "task.max_tokens": 200, "task.search_top_k": 2, "task.search_words": 24}
+
+
+def test_sources_are_built_from_their_config_alone():
+    multihop = build("multihop", num_questions=60, search_top_k=1, search_words=5, f1_success=0.3)
+    assert (multihop.index.top_k, multihop.index.max_words) == (1, 5)
+    env = multihop.make_env()
+    assert isinstance(env, MultiHopEnv) and env.f1_success == 0.3
+    every = build("funcall", num_questions=200, max_difficulty=0)
+    capped = build("funcall", num_questions=200, max_difficulty=2)
+    tasks = lambda s: [t for split in ("train", "validation", "test") for t in s.tasks(split)]  # noqa: E731
+    assert max(t.difficulty for t in tasks(every)) > 2 and max(t.difficulty for t in tasks(capped)) <= 2
+    assert len(tasks(capped)) == 200
+    with pytest.raises(ValueError, match="max_calls must be >= 0"):
+        build("funcall", num_questions=10, max_difficulty=-1)
