@@ -16,7 +16,7 @@ from trace_jax.config.files import config_args
 
 
 def get_config(arg: str | None = None):
-    c = compare_multihop.get_config(arg, base=lambda: multihop_tiny.use_source(quickstart.get_config(), "funcall"))
+    c = compare_multihop.get_config(arg, base=lambda: multihop_tiny.use_source(quickstart.base(), "funcall"))
     c.sft.steps = 1600
     args = config_args(arg, flags=("runlocal", "powered"), config="configs/compare_funcall.py")
     if not args["runlocal"] and not args["powered"]:

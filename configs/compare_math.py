@@ -11,4 +11,4 @@ from configs import compare_multihop, multihop_tiny, quickstart
 
 
 def get_config(arg: str | None = None):
-    return compare_multihop.get_config(arg, base=lambda: multihop_tiny.use_source(quickstart.get_config(), "math"))
+    return compare_multihop.get_config(arg, base=lambda: multihop_tiny.use_source(quickstart.base(), "math"))

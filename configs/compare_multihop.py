@@ -40,7 +40,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SELECTION = os.path.join(RESULTS, "decisive", "selection.json")  # phase 1's choice per arm (`:decisive` reads it)
 
 
-def get_config(arg: str | None = None, base=quickstart.get_config) -> ml_collections.ConfigDict:
+def get_config(arg: str | None = None, base=quickstart.base) -> ml_collections.ConfigDict:
     args = config_args(arg, flags=("runlocal", "powered", "mixed", "screen", "decisive"), config="the comparison configs")
     c = base()
     if args["mixed"]:

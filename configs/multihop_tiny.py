@@ -23,7 +23,7 @@ def use_source(c, source: str):
 
 
 def get_config(arg: str | None = None, source: str = "multihop"):
-    c = use_source(quickstart.get_config(arg), source)
+    c = use_source(quickstart.base(arg), source)
     c.model.preset = "tiny"
     c.sft.steps = min(c.sft.steps, 400)
     c.rl.steps = min(c.rl.steps, 30)

@@ -22,7 +22,7 @@ def test_quickstart_config_validates():
 
 
 def _updated(update):
-    c = quickstart.get_config().to_dict()
+    c = quickstart.base().to_dict()
     for dotted, value in update.items():
         section, key = dotted.split(".")
         c[section][key] = value
@@ -124,11 +124,15 @@ def test_each_allocator_trains_with_its_own_advantage_estimator_unless_one_is_na
 
 
 def test_the_dataclasses_are_the_one_home_of_defaults():
-    """The quickstart is the library's defaults: its config file overrides nothing."""
-    assert quickstart.get_config().to_dict() == default_config().to_dict()
+    """The comparison and tiny configs build on the library's defaults unchanged (`quickstart.base`); the
+    quickstart overrides its RL stage's length and step size only."""
+    assert quickstart.base().to_dict() == default_config().to_dict()
     run = from_config_dict({})
-    assert run == from_config_dict(quickstart.get_config())
+    assert run == from_config_dict(quickstart.base())
     assert run.rl.max_new_tokens == 40 and run.model.preset == "mini"
+    differ = {(s, k) for s, fields in quickstart.get_config().to_dict().items() if isinstance(fields, dict)
+              for k, v in fields.items() if default_config().to_dict()[s][k] != v}
+    assert differ == {("rl", "steps"), ("learner", "learning_rate")}
 
 
 def test_config_args_reject_unknown_parts_naming_them():
@@ -178,7 +182,7 @@ def test_launcher_loads_derived_configs_and_fails_fast_without_checkpoint(tmp_pa
 
 
 def test_settings_differences_are_named_and_resumable_fields_ignored():
-    run = from_config_dict(quickstart.get_config())
+    run = from_config_dict(quickstart.base())
     other = from_config_dict(_updated({"learner.learning_rate": 0.5, "rl.steps": 7}))
     stored, now = schema.settings(run), schema.settings(other)
     with pytest.raises(schema.ConfigError, match=r"learner.learning_rate: 0.0001 there, 0.5 now") as e:
