@@ -64,7 +64,8 @@ def write(workdir: str, compare: grid.CompareSection, base_run: schema.RunConfig
     suffix = grid.suffix(compare)
     b = runs[0][2].budget
     seeds = {v: s["seeds"] for v, s in summary.items()}
-    setting = (f"Task {base_run.task.source} (max difficulty {base_run.task.max_difficulty}), model preset "
+    cap = getattr(base_run.task, "max_difficulty", None)  # a synthetic source's; file sources have none
+    setting = (f"Task {base_run.task.source}{'' if cap is None else f' (max difficulty {cap})'}, model preset "
                f"{base_run.model.preset}, {base_run.rl.steps} RL steps of M={b.rollouts} rollouts (B={b.prompts} "
                f"prompts, C={b.candidates} candidates, {framing(b)}), held-out set {base_run.eval.split} "
                f"({len(experiment.eval_tasks(setup))} tasks, greedy), seeds "

@@ -104,7 +104,7 @@ def check_fields(run: RunConfig) -> None:
 def _check_dataset(task: TaskConfig, evaluation: EvalSection) -> None:
     """The files a file-reading source reads exist (named before any compute). Which fields a source has is
     its config class's (`envs/sources.py`): another source's field was refused when the section was parsed."""
-    if isinstance(task, SyntheticTaskConfig):
+    if isinstance(task, SyntheticTaskConfig) or not hasattr(task, "train_path"):
         return
     if not task.train_path and task.source != "bfcl_multi_turn":  # "" there: the installed bfcl_eval's data
         raise ConfigError(f"config field 'task.train_path' must name the training file of task.source="
