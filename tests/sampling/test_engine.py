@@ -55,6 +55,7 @@ def test_generate_logprobs_entropy_and_hidden_match_full_forward():
         _check_against_full_pass(prompt, gen.row(i), gen.logprobs[i], gen.entropy[i], gen.hidden[i])
 
 
+@pytest.mark.slow  # 12 s; the default tier keeps test_generate_logprobs_entropy_and_hidden_match_full_forward
 def test_multi_turn_extend_continues_without_reprefill():
     prompts = _prompts([6, 3, 9], seed=1)
     gen, state = generate(CONFIG, PARAMS, prompts, SAMPLING, seed=0)
