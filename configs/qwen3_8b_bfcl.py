@@ -8,6 +8,8 @@ data=/data/bfcl/pkg/bfcl_eval/data --workdir /data/runs/qwen3_8b_bfcl
 Files: the release's data directory (`BFCL_v4_<category>.json` and `possible_answer/`; `BFCL_v3_` names
 also read). Rows are split by question hash (no separate test file in the release). Expected runtime:
 hours on 8 H100s.
+TPU target: v5p with 8 chips (v5p:2x2x2), where the TPU compiler says it fits: its programs equal the compiled
+8B GSM8K and multi-hop ones field for field (largest 25.26 of 95 GiB) (docs/scaling.md).
 """
 
 from configs.qwen3_8b_multihop import paper_scale

@@ -10,6 +10,8 @@ in that shape (AIME/AMC as JSONL or Parquet; `answer` LaTeX or a number). Native
 `:runlocal`: the `mini` model from scratch on this CPU (bundled tokenizer, 200 SFT steps on reference
 answers, 5 RL steps, 20 held-out problems, minutes): it proves the path end to end, it does not learn much.
 Expected runtime at paper scale: hours on 8 H100s.
+TPU target: v5p with 8 chips (v5p:2x2x2), where the TPU compiler says it fits: its programs equal the compiled
+8B GSM8K and multi-hop ones field for field (largest 25.26 of 95 GiB) (docs/scaling.md).
 """
 
 from configs.qwen3_8b_multihop import paper_scale, runlocal

@@ -6,6 +6,9 @@ train=/data/gsm8k/train.jsonl,test=/data/gsm8k/test.jsonl --workdir /data/runs/q
 Files: the released `train.jsonl` / `test.jsonl` (`{"question", "answer": "... #### 72"}`) or verl's
 GSM8K Parquet (`prompt`, `reward_model.ground_truth`); checked before compute. Expected runtime:
 hours on 8 H100s.
+TPU target: v5p with 8 chips (v5p:2x2x2), where the TPU compiler says it fits: compiled (`/tmp/tpu/bin/python
+experiments/dry_run.py --config configs/qwen3_8b_gsm8k.py:train=X,test=X --target v5p:2x2x2`: largest program
+25.26 of 95 GiB) (docs/scaling.md).
 """
 
 from configs.qwen3_8b_multihop import paper_scale

@@ -11,6 +11,8 @@ the corpus JSONL (`{"id", "contents": "\\"Title\\"\\ntext"}`). `corpus=` may be 
 `url=http://host:8000/retrieve` (a Search-R1 retrieval server, e.g. its e5 dense retriever). Actions in
 Search-R1's own protocol (`format=search_r1`, the default: `<search>`, `<answer>`, `<information>`), or
 `format=hermes` (Qwen3's native tool calls) or `format=react`. Expected runtime: hours on 8 H100s.
+TPU target: v5p with 8 chips (v5p:2x2x2), where the TPU compiler says it fits: its programs equal the compiled
+8B GSM8K and multi-hop ones field for field (largest 25.26 of 95 GiB) (docs/scaling.md).
 """
 
 from configs.qwen3_8b_multihop import paper_scale
