@@ -2,7 +2,8 @@
 
   python experiments/train.py --config configs/quickstart.py --workdir /tmp/quickstart
 
-Expected runtime: about 5 minutes on a 2-core CPU (measurements: docs/results.md, "Quickstart results").
+Expected runtime: under 5 minutes on a 2-core CPU (291 s measured with the CPU free; docs/results.md,
+"Quickstart results").
 Switch the allocator with `--config.allocator.name=grpo` (or dapo, mopps, knapsack, pcl, treepo,
 entropy_branch). `get_config("runlocal")` shrinks every stage for a one-minute smoke run.
 """
@@ -12,8 +13,8 @@ import ml_collections
 from trace_jax.config.files import config_args, default_config
 
 # The quickstart's RL stage: 40 steps at learning rate 3e-4 instead of the library's 80 at 1e-4. Measured
-# (seed 0, one run each, CPU shared with the decisive screen): 0.569 -> 0.699 held-out in 510 s, where the
-# library's 80 steps gave 0.569 -> 0.626 in 910 s; the decisive screen found 3e-4 TRACE's better step size
+# (seed 0, one run each): 0.569 -> 0.699 held-out in 291 s with the CPU free (510 s beside the decisive screen),
+# where the library's 80 steps gave 0.569 -> 0.626 in 910 s beside it; the decisive screen chose 3e-4 for TRACE
 # on math too (experiments/results/decisive/selection.json).
 RL_STEPS, LEARNING_RATE = 40, 3e-4
 
