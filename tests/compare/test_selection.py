@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import compare_multihop
-from trace_jax.compare import grid, report_files, selection
+from trace_jax.compare import grid, report, report_files, selection
 from trace_jax.compare.selection import RunScore, Setting
 from trace_jax.config.files import from_config_dict
 from trace_jax.config.schema import ConfigError
@@ -101,11 +101,13 @@ def test_the_report_pairs_trace_with_grpo_and_pcl_on_the_configured_endpoint():
     compare = grid.CompareSection(allocators=("grpo", "pcl", "trace"), endpoint="sampled",
                                   arm_settings={"trace": {"learner": {"learning_rate": 3e-4}}})
     base_run = from_config_dict(grid.split_config(compare_multihop.get_config())[1])
-    primary = report_files.primary_endpoint(compare, outcomes, base_run, "equal measured tokens")
+    paired = {kind: report.paired_vs("grpo", by_variant, seed=base_run.seed) for kind, by_variant in outcomes.items()}
+    primary = report_files.primary_endpoint(compare, paired, outcomes, base_run, "equal measured tokens")
     assert primary["endpoint"] == "sampled" and primary["diff"] == pytest.approx(0.1)
     assert primary["trace_vs_pcl"]["diff"] == pytest.approx(0.05) and primary["decision"] == "gain"
     assert primary["arms_settings"] == {"grpo": {}, "pcl": {}, "trace": {"learner": {"learning_rate": 3e-4}}}
-    greedy = report_files.primary_endpoint(dataclasses.replace(compare, endpoint="greedy"), outcomes, base_run, "")
+    greedy = report_files.primary_endpoint(dataclasses.replace(compare, endpoint="greedy"), paired, outcomes, base_run,
+                                           "")
     assert greedy["diff"] == pytest.approx(0.5) and greedy["trace_vs_pcl"] is None
 
 

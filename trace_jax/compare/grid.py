@@ -193,7 +193,8 @@ def dotted(sections: dict) -> dict[str, object]:
     return {f"{section}.{field}": value for section, fields in sections.items() for field, value in fields.items()}
 
 
-def _label(value) -> str:
+def value_label(value) -> str:
+    """How a swept value reads in a variant's name and the screen's tables (floats in %g)."""
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -213,7 +214,7 @@ def variants(compare: CompareSection) -> list[Variant]:
     if not sweep:
         return arms
     # setting by setting, every arm at each: a screen stopped part way has screened every arm alike
-    return [Variant(f"{arm.name} " + " ".join(f"{k.split('.')[1]}={_label(v)}" for k, v in zip(sweep, values)),
+    return [Variant(f"{arm.name} " + " ".join(f"{k.split('.')[1]}={value_label(v)}" for k, v in zip(sweep, values)),
                     {**arm.overrides, **dict(zip(sweep, values))})
             for values in itertools.product(*sweep.values()) for arm in arms]
 

@@ -34,16 +34,15 @@ def seeds_text(seeds: dict[str, list[int]]) -> str:
     return "; ".join(f"{', '.join(v)}: {list(s)}" for s, v in groups.items())
 
 
-def primary_endpoint(compare: grid.CompareSection, outcomes: dict[str, dict], base_run: schema.RunConfig,
-                     framing_text: str) -> dict | None:
-    """TRACE - GRPO on `compare.endpoint`'s per-task outcomes after the last step, paired by seed and task (the
-    PairedDifference JSON with its decision), with the key secondary TRACE - PCL where PCL ran and every
-    arm's own settings; None until TRACE and GRPO share a finished seed."""
-    by_variant = outcomes[compare.endpoint]
-    primary = report.paired_vs("grpo", by_variant, seed=base_run.seed).get("trace")
+def primary_endpoint(compare: grid.CompareSection, paired: dict[str, dict], outcomes: dict[str, dict],
+                     base_run: schema.RunConfig, framing_text: str) -> dict | None:
+    """TRACE - GRPO on `compare.endpoint`'s per-task outcomes after the last step (from `paired`, every variant
+    minus GRPO per outcome kind: the PairedDifference JSON with its decision), with the key secondary TRACE - PCL
+    where PCL ran and every arm's own settings; None until TRACE and GRPO share a finished seed."""
+    primary = paired[compare.endpoint].get("trace")
     if primary is None:
         return None
-    versus_pcl = report.paired_vs("pcl", by_variant, seed=base_run.seed).get("trace")
+    versus_pcl = report.paired_vs("pcl", outcomes[compare.endpoint], seed=base_run.seed).get("trace")
     return {**primary, "endpoint": compare.endpoint, "framing": framing_text, "task": base_run.task.source,
             "arms_settings": {arm: compare.arm_settings.get(arm, {}) for arm in compare.allocators},
             "trace_vs_pcl": versus_pcl}
@@ -73,7 +72,7 @@ def write(workdir: str, compare: grid.CompareSection, base_run: schema.RunConfig
                f"{sum(r['wall_s'] or 0 for r in records):.0f} s (this invocation: {time.time() - started:.0f} s; a run's "
                f"wall time covers RL and its evaluations, the first run in a process also compiles).")
     title = f"Allocator comparison ({compare.ablation} ablation)" if compare.ablation else "Allocator comparison"
-    primary = primary_endpoint(compare, outcomes, base_run, framing(b))
+    primary = primary_endpoint(compare, paired, outcomes, base_run, framing(b))
     if jax.process_index() == 0:
         written = [os.path.join(workdir, f"results{suffix}.json"), os.path.join(workdir, f"results{suffix}.md")]
         with open(written[0], "w", encoding="utf-8") as f:

@@ -151,8 +151,7 @@ def markdown(settings: list[Setting], choices: dict[str, Choice]) -> str:
     lines = ["| arm | setting | seeds finished | mean-of-k per seed | greedy area per seed | status |",
              "|---|---|---|---|---|---|"]
     for s in settings:
-        label = ", ".join(f"{k.split('.')[1]} {v:g}" if isinstance(v, float) else f"{k.split('.')[1]} {v}"
-                          for k, v in s.swept.items())
+        label = ", ".join(f"{k.split('.')[1]} {grid.value_label(v)}" for k, v in s.swept.items())
         seeds = sorted(s.finished)
         status = ("**selected**" if choices.get(s.arm) and choices[s.arm].variant == s.variant
                   else f"failed the audit (seeds {sorted(s.failed)})" if s.failed

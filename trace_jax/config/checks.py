@@ -14,7 +14,7 @@ import jax
 from trace_jax.config.schema import ConfigError, EvalSection, RunConfig, section_classes
 from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
 from trace_jax.envs.formats import FORMATS
-from trace_jax.envs.sources import SyntheticTaskConfig, TaskConfig
+from trace_jax.envs.sources import TaskConfig
 from trace_jax.models.config import REMAT_POLICIES
 from trace_jax.models.presets import PRESETS
 from trace_jax.rollout.agent_loop import MAX_TURNS
@@ -104,7 +104,7 @@ def check_fields(run: RunConfig) -> None:
 def _check_dataset(task: TaskConfig, evaluation: EvalSection) -> None:
     """The files a file-reading source reads exist (named before any compute). Which fields a source has is
     its config class's (`envs/sources.py`): another source's field was refused when the section was parsed."""
-    if isinstance(task, SyntheticTaskConfig) or not hasattr(task, "train_path"):
+    if not hasattr(task, "train_path"):  # a generated source reads no file
         return
     if not task.train_path and task.source != "bfcl_multi_turn":  # "" there: the installed bfcl_eval's data
         raise ConfigError(f"config field 'task.train_path' must name the training file of task.source="

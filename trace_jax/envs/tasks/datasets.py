@@ -24,7 +24,6 @@ from trace_jax.envs.bfcl.single_turn import BFCL_SINGLE_TURN, bfcl_canonical, bf
 from trace_jax.envs.loaders import DataError, load_corpus, load_gsm8k, load_hotpotqa, load_math_problems, load_search_r1
 from trace_jax.envs.protocol import Env, Episode, Limits, Task, TaskSource
 from trace_jax.envs.react import Action, format_action
-from trace_jax.envs.bfcl.multi_turn_source import BFCLMultiTurnTasks
 from trace_jax.envs.tasks.math import CalculatorEnv
 from trace_jax.envs.tasks.multihop import MultiHopEnv
 from trace_jax.envs.tools.functions import CallError, parse_call
