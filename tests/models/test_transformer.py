@@ -1,6 +1,7 @@
 """The decoder against transformers' PyTorch implementation: full-sequence and cached incremental logits."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import transformers
@@ -129,13 +130,17 @@ def test_the_fused_attention_path_computes_what_the_einsum_path_does(monkeypatch
     chunk = rng.randint(0, config.vocab_size, (3, 4))
     chunk_mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], bool)  # ragged; row 2 appends nothing
 
-    def run():
-        full = forward(config, params, tokens, positions, None, mask).logits
-        cache = init_cache(config, batch=3, max_len=32)
-        cached = forward(config, params, tokens[:, :6], positions[:, :6], cache, mask[:, :6])
-        slots = np.asarray(cached.cache.lengths)[:, None] + np.arange(4)[None]
-        step = forward(config, params, chunk, slots, cached.cache, chunk_mask)
-        return np.asarray(full), np.asarray(step.logits), np.asarray(step.hidden)
+    def run():  # a fresh jit each call: traced with whichever attention path is patched in (compiled, not eager)
+        @jax.jit
+        def passes(params, tokens, positions, mask, chunk, chunk_mask):
+            full = forward(config, params, tokens, positions, None, mask).logits
+            cache = init_cache(config, batch=3, max_len=32)
+            cached = forward(config, params, tokens[:, :6], positions[:, :6], cache, mask[:, :6])
+            slots = cached.cache.lengths[:, None] + jnp.arange(4)[None]
+            step = forward(config, params, chunk, slots, cached.cache, chunk_mask)
+            return full, step.logits, step.hidden
+
+        return tuple(np.asarray(x) for x in passes(params, tokens, positions, mask, chunk, chunk_mask))
 
     want = run()
     assert transformer.fused_attention_implementation(np.float32) is None  # CPU: the einsum path

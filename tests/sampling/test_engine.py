@@ -1,6 +1,7 @@
 """The rollout engine against full forward passes: generate, extend, tree_expand, batching, stops, recompiles."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -19,21 +20,35 @@ def _prompts(lengths, seed=0):
     return [rng.randint(3, CONFIG.vocab_size, n).tolist() for n in lengths]
 
 
+PAD_TO = 128  # every reference pass runs at this length (causal: padding after a sequence changes nothing in it)
+
+
+@jax.jit
+def _reference_pass(tokens):
+    """A full no-cache forward pass and a one-chunk cached pass over [1, PAD_TO] tokens, compiled once."""
+    positions = jnp.arange(PAD_TO)[None]
+    out = forward(CONFIG, PARAMS, tokens, positions)
+    one_chunk = forward(CONFIG, PARAMS, tokens, positions, init_cache(CONFIG, 1, PAD_TO))
+    return jax.nn.log_softmax(out.logits[0], -1), out.hidden[0], one_chunk.middle[0]
+
+
+def _padded(sequence):
+    if len(sequence) > PAD_TO:
+        raise ValueError(f"reference sequences are at most {PAD_TO} tokens, got {len(sequence)}")
+    return np.pad(np.asarray(sequence, np.int32), (0, PAD_TO - len(sequence)))[None]
+
+
 def _full_logprobs(sequence):
     """log softmax of a full no-cache forward pass over one sequence: [len, V], and the sampler's features
     at the last token from a one-chunk cached pass (final hidden state, then the middle layer's): [2D]."""
-    seq = np.asarray(sequence)[None]
-    positions = np.arange(seq.shape[1])[None]
-    out = forward(CONFIG, PARAMS, seq, positions)
-    one_chunk = forward(CONFIG, PARAMS, seq, positions, init_cache(CONFIG, 1, seq.shape[1]))
-    features = np.concatenate([np.asarray(out.hidden[0, -1]), np.asarray(one_chunk.middle[0, -1])])
-    return np.asarray(jax.nn.log_softmax(out.logits[0], -1)), features
+    log_p, hidden, middle = (np.asarray(x) for x in _reference_pass(_padded(sequence)))
+    last = len(sequence) - 1
+    return log_p[: len(sequence)], np.concatenate([hidden[last], middle[last]])
 
 
 def _full_hidden(sequence):
     """Final hidden states of a full no-cache pass over one sequence: [len, D]."""
-    seq = np.asarray(sequence)[None]
-    return np.asarray(forward(CONFIG, PARAMS, seq, np.arange(seq.shape[1])[None]).hidden[0])
+    return np.asarray(_reference_pass(_padded(sequence))[1])[: len(sequence)]
 
 
 def _check_against_full_pass(prefix, tokens, logprobs, entropy=None, hidden=None):
