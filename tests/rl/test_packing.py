@@ -164,17 +164,30 @@ def test_an_unknown_layout_is_refused_by_name():
         learner.LearnerConfig(layout="tree")
 
 
-def test_long_packed_rows_attend_in_query_blocks_with_the_same_result(model, monkeypatch):
-    """Rows over PACKED_ATTENTION_BLOCK tokens take the blocked path (the mask built per block of queries)."""
+def test_long_packed_rows_attend_in_causal_blocks_with_the_same_result(model, monkeypatch):
+    """Rows over PACKED_ATTENTION_BLOCK tokens take the causal blocks (the mask built per block of queries,
+    each block over the keys up to its last query): the same log-probs, loss and gradients."""
     from trace_jax.models import transformer
 
+    config, params = model
     trees = _trees(11)
     sequences = estimate(trees, AdvantageConfig(name="trace_tree"))
     packed = packing.build_packed_batch(trees, sequences, micro_batch=2)
-    whole, _ = _per_token(model, packed, packed=True)
+    loss = LossConfig(aggregation="sequence_mean")
+
+    def step():
+        logp, _ = _per_token(model, packed, packed=True)
+        fresh = jax.jit(lambda p, b: learner._gradients(config, loss, p, b))  # traced anew: sees the patch
+        grads, totals = fresh(params, jax.tree.map(jnp.asarray, packed))
+        return logp, grads, float(totals["loss"])
+
+    whole, whole_grads, whole_loss = step()
     monkeypatch.setattr(transformer, "PACKED_ATTENTION_BLOCK", 16)
-    assert packed["tokens"].shape[-1] > 16
-    blocked, _ = _per_token(model, packed, packed=True)
+    assert packed["tokens"].shape[-1] > 3 * 16, "4 blocks or more: 2 groups or more, the later scoring more keys"
+    blocked, blocked_grads, blocked_loss = step()
     paths, _ = _per_token(model, learner.build_batch(trees, sequences, micro_batch=2), packed=False)
     np.testing.assert_allclose(blocked, whole, atol=1e-5)
     np.testing.assert_allclose(blocked, paths, atol=1e-5)
+    np.testing.assert_allclose(blocked_loss, whole_loss, rtol=1e-5, atol=1e-7)
+    for a, b in zip(jax.tree.leaves(blocked_grads), jax.tree.leaves(whole_grads)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from trace_jax.models.attention import (_MASKED, ATTENTION_BLOCK, PACKED_ATTENTION_BLOCK, CausalMask,
-                                        _blocked_attention, _einsum_attention, _fused_attention,
+                                        _blocked_attention, _causal_blocks, _einsum_attention, _fused_attention,
                                         fused_attention_implementation)
 from trace_jax.models.cache import KVCache
 from trace_jax.models.config import ModelConfig
@@ -89,7 +89,8 @@ class Attention(nnx.Module):
         if isinstance(mask, CausalMask):
             block = ATTENTION_BLOCK if mask.enter is None else PACKED_ATTENTION_BLOCK
             if fused is None and S > block:
-                out = _blocked_attention(q, keys, values, mask, block)
+                blocked = _blocked_attention if mask.enter is None else _causal_blocks
+                out = blocked(q, keys, values, mask, block)
                 return self.o_proj(out.reshape(B, S, c.num_heads * c.head_dim)), kv
             mask = mask.dense()
         if fused is not None:
