@@ -110,19 +110,18 @@ def main():
                       "num_micro": args.num_micro, "block": args.block, "repeats": args.repeats, "variants": result}))
 
 
-def real_step(task: str, arm: str, workdir: str):
-    """(setup, params, trees, sequences) of one step of `arm` from the powered `task` grid's SFT checkpoint."""
+def arm_start(task: str, arm: str, workdir: str, config_arg: str = "powered"):
+    """(setup, params, make_allocator, pools) for steps of `arm` from the `task` grid's stored SFT checkpoint
+    (`experiments/results/<grid>/shared`, restored into `workdir`): `pools(i)` is step i's candidate pool."""
     import importlib
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
     from trace_jax.compare import grid, results_store
     from trace_jax.config.files import from_config_dict
-    from trace_jax.rl.advantages import estimate
-    from trace_jax.rollout.agent_loop import RolloutEngine
     from trace_jax.run import experiment, sft, train
 
-    compare, base = grid.split_config(importlib.import_module(f"configs.compare_{task}").get_config("powered"))
+    compare, base = grid.split_config(importlib.import_module(f"configs.compare_{task}").get_config(config_arg))
     base["budget"].update(unit="rollouts", tokens=0)
     run = from_config_dict(grid.run_config_dict(base, grid.Variant(arm, grid.ARMS[arm]), seed=0))
     shared = os.path.join(workdir, task)
@@ -130,10 +129,24 @@ def real_step(task: str, arm: str, workdir: str):
         raise SystemExit(f"no SFT checkpoint under {compare.results}/shared: run that grid first")
     setup = experiment.build(run, shared)
     params = sft.warm_start(setup, shared, None)
-    allocator = train.make_allocator(setup)
-    pool, _ = train._pool(experiment.train_tasks(setup), 0, allocator.pool_size, run.seed)
-    outcome = allocator.step(RolloutEngine(setup.policy(params), setup.env, seed=run.seed), pool)
-    return setup, params, outcome.trees, estimate(outcome.trees, run.advantage)
+    tasks = experiment.train_tasks(setup)
+
+    def pools(step: int, size: int):
+        return train._pool(tasks, step * size, size, run.seed)[0]
+
+    return setup, params, lambda: train.make_allocator(setup), pools
+
+
+def real_step(task: str, arm: str, workdir: str):
+    """(setup, params, trees, sequences) of one step of `arm` from the powered `task` grid's SFT checkpoint."""
+    from trace_jax.rl.advantages import estimate
+    from trace_jax.rollout.agent_loop import RolloutEngine
+
+    setup, params, make_allocator, pools = arm_start(task, arm, workdir)
+    allocator = make_allocator()
+    outcome = allocator.step(RolloutEngine(setup.policy(params), setup.env, seed=setup.run.seed),
+                             pools(0, allocator.pool_size))
+    return setup, params, outcome.trees, estimate(outcome.trees, setup.run.advantage)
 
 
 def layouts(tasks: list[str], repeats: int) -> None:
