@@ -9,7 +9,9 @@ for users with accelerators and weights (nothing is downloaded; paths checked be
 
 `data=` the release's data directory ("" = the installed bfcl_eval package's); `subsets=` joined by '+'.
 Native tool calls (`hermes`): every involved class's functions are the tools; a reply without a call ends
-a request and the next one follows as a user message. Expected runtime: hours on 8 H100s.
+a request and the next one follows as a user message. Expected runtime: hours on 8 H100s. By the TPU compiler
+(`experiments/dry_run.py --target v5p:2x2x2`) it fits v5p with 8 chips: the largest program, prefill, 53.80 of
+95 GiB per device with the resident prefix wave (docs/scaling.md).
 
   python experiments/train.py --config configs/qwen3_8b_bfcl_multiturn.py:runlocal --workdir /tmp/bfcl_mt
 
