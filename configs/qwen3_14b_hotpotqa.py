@@ -9,7 +9,12 @@ train=/data/hotpot_train_v1.1.json,test=/data/hotpot_dev_distractor_v1.json --wo
 Files: HotpotQA's released JSON (`_id`, `question`, `answer`, `supporting_facts`, `context`); `corpus=` a
 corpus JSONL (`{"id", "contents"}`) instead of the contexts. Native tool calls (`hermes`).
 `:runlocal`: the `mini` model from scratch on this CPU (minutes; it proves the path, it does not learn much).
-Expected runtime at paper scale: hours on 16 accelerators.
+Expected runtime at paper scale: hours on 16 accelerators. Its mesh is 14B multi-hop's (fsdp 4 x tensor 4: right
+on v5p or H100); by the TPU compiler, like 14B multi-hop, it does not fit v5e-16, and fits v5e:4x8 (32 chips)
+with `--config.mesh.tensor=8`: `/tmp/tpu/bin/python experiments/dry_run.py --config
+configs/qwen3_14b_hotpotqa.py:train=X,test=X --target v5e:4x8 --mesh 1,4,8` (X any one-row HotpotQA JSON: the
+dry run reads no data) gives 14B multi-hop's per-device bytes program for program (learner 10.75 GiB, the
+largest; docs/scaling.md).
 """
 
 from configs.qwen3_8b_multihop import paper_scale, runlocal
