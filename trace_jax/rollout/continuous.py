@@ -16,8 +16,9 @@ slowest one is done, and the tools of all rows wait for it. Here the sampler sta
   its anchor's row into the slot, cut to the anchor's boundary). Before a slot is reused, its row (the
   finished branch's whole history, where its turn boundaries' prefixes live) is copied into the call's
   archive state (one row per branch) and those anchors re-pointed, so stage 2 can still fork from them;
-- once no branch is pending and the live rows fit a smaller row bucket, they are gathered into one (the
-  tail of a call decodes fewer rows instead of idle ones).
+- once no branch is pending and the live rows fit a row bucket a quarter of the table or smaller, they are
+  gathered into one (the tail of a call decodes fewer rows instead of idle ones; by quarters, not halves, so
+  the tail compiles fewer decode programs).
 
 Row r's randomness at the t-th token of a turn is the synchronous loop's (same row id, `positions`
 carry t across chunks), so with the same numerics both loops sample the same tokens; with greedy
@@ -154,7 +155,7 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
             busy = occupant >= 0
             if not busy.any():
                 break
-            if not pending and batch_bucket(int(busy.sum()), shards) < slots:  # the queue is dry: fewer rows
+            if not pending and 4 * batch_bucket(int(busy.sum()), shards) <= slots:  # the queue is dry: fewer rows
                 state = archive.keep(state, [s for s in range(slots) if occupant[s] < 0 and anchors_in.get(s)],
                                      previous, anchors_in)
                 live = np.flatnonzero(busy)

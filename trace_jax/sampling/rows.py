@@ -1,6 +1,6 @@
 """Programs on some rows of a live sampler state, for continuous batching (`rollout/continuous.py`).
 
-Each gathers the rows it works on into a small sub-batch (a power of two; padding indices point past the
+Each gathers the rows it works on into a small sub-batch (a power of four; padding indices point past the
 batch, are gathered by clipping and never written back), computes on it and writes it back into the
 donated state, so the other rows (mid-turn) are neither computed nor changed:
 
@@ -22,8 +22,7 @@ import numpy as np
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
 from trace_jax.sampling.engine import MAX_CHUNK, _append_body, _host_lengths, _refeed_last, ensure_capacity
-from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, constrain, grow, mesh_of,
-                                      put_replicated)
+from trace_jax.sampling.state import SamplerState, chunk_bucket, constrain, grow, mesh_of, put_replicated
 
 
 def _take_rows(state: SamplerState, rows) -> SamplerState:
@@ -59,10 +58,20 @@ def _append_rows(config, mesh, params, state, rows, cut, recut, tokens, mask):
     return constrain(_put_rows(state, rows, sub), mesh)
 
 
+def sub_batch_bucket(n: int) -> int:
+    """A sub-batch's rows: the next power of four (1, 4, 16, ...). Each size is a program per state shape,
+    crossed with the others (capacities, slot counts, prefill widths), and compiling those is what the
+    scheduler's steps cost (docs/sampler.md); padding rows cost a little compute instead."""
+    size = 1
+    while size < n:
+        size *= 4
+    return size
+
+
 def _sub_batch(rows: Sequence[int], batch: int) -> np.ndarray:
-    """Row indices padded to a power-of-two sub-batch with `batch` (out of range: gathered by clipping,
-    never written back)."""
-    index = np.full(batch_bucket(len(rows)), batch, np.int32)
+    """Row indices padded to a sub-batch bucket with `batch` (out of range: gathered by clipping, never
+    written back)."""
+    index = np.full(sub_batch_bucket(len(rows)), batch, np.int32)
     index[: len(rows)] = rows
     return index
 
