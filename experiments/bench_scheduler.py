@@ -3,6 +3,7 @@ time split into compiling and the rest (what `docs/sampler.md` needs before one 
 
   python experiments/bench_scheduler.py                        # math, TRACE and GRPO, 6 steps (~15 min, 2 cores)
   python experiments/bench_scheduler.py --arms trace --steps 3 # a smoke run
+  python experiments/bench_scheduler.py --learn                # the learner in the loop (a real RL run's steps)
 
 Each arm's steps start from the powered math grid's stored SFT checkpoint (`experiments/results/powered_math`)
 with the params frozen, so every mode sees the same policy; step i draws the same candidate pool and seed in
@@ -14,6 +15,10 @@ machinery) and `chunk16` (16 decode steps per call, a slot per branch). The mode
 `backend_compile` and tracing/lowering durations from `jax.monitoring`) and programs compiled; the summary
 gives the steps after the first `--warm` (when the programs of this workload exist), medians [min, max] of
 the per-step ratios to `sync`. No persistent compilation cache is used. The last line is one JSON object.
+
+`--learn`: each mode trains as a run does (`train.rl_step`: rollouts, then the configured learner's update of
+that mode's own params and optimizer state), so the modes' params, and later their samples, part at float level;
+the ledgers then say from which step on.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 from jax import monitoring
 
 from bench_learner import arm_start
 from trace_jax.compare.grid import ARMS
+from trace_jax.rl import learner
 from trace_jax.rollout.agent_loop import RolloutEngine
+from trace_jax.run import train
 from trace_jax.rollout.continuous import Batching
 
 COMPILE_EVENTS = ("/jax/core/compile/backend_compile_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -62,11 +70,25 @@ def modes(max_new_tokens: int) -> dict[str, Batching]:
     return {"sync": Batching(), "whole_turns": Batching(chunk=max_new_tokens), "chunk16": Batching(chunk=16)}
 
 
-def run_arm(task: str, arm: str, steps: int, workdir: str, clock: CompileClock) -> dict:
+def _with_batching(setup, batching: Batching):
+    """`setup` whose run's rl section schedules rollouts as `batching` says (what `rl_step` reads)."""
+    rl = dataclasses.replace(setup.run.rl, decode_chunk=batching.chunk, decode_slots=batching.slots)
+    return dataclasses.replace(setup, run=dataclasses.replace(setup.run, rl=rl))
+
+
+def run_arm(task: str, arm: str, steps: int, workdir: str, clock: CompileClock, learn: bool) -> dict:
     setup, params, make_allocator, pools = arm_start(task, arm, workdir)
     policy = setup.policy(params)
     batchings = modes(policy.sampling.max_new_tokens)
     allocators = {name: make_allocator() for name in batchings}
+    trainers = {}
+    if learn:
+        optimizer = learner.make_optimizer(setup.run.learner)
+        for name, batching in batchings.items():
+            mode_setup = _with_batching(setup, batching)
+            learn_fn, p, o = train._learner(mode_setup, optimizer, jax.tree.map(jnp.copy, params),
+                                            optimizer.init(params))
+            trainers[name] = [mode_setup, learn_fn, p, o]
     per_step = collections.defaultdict(list)
     same_ledgers = True
     names = list(batchings)
@@ -74,18 +96,26 @@ def run_arm(task: str, arm: str, steps: int, workdir: str, clock: CompileClock) 
         order = names[step % len(names):] + names[:step % len(names)]
         ledgers = {}
         for name in order:
-            engine = RolloutEngine(dataclasses.replace(policy, batching=batchings[name]), setup.env,
-                                   seed=setup.run.seed + step)
             allocator = allocators[name]
             pool = pools(step, allocator.pool_size)
             clock.take()
             t0 = time.perf_counter()
-            allocator.step(engine, pool)
+            if learn:
+                mode_setup, learn_fn, p, o = trainers[name]
+                p, o, record = train.rl_step(mode_setup, allocator, learn_fn, p, o, pool, step=step + 1)
+                jax.block_until_ready(p)
+                trainers[name][2:] = [p, o]
+                ledger = record.ledger
+            else:
+                engine = RolloutEngine(dataclasses.replace(policy, batching=batchings[name]), setup.env,
+                                       seed=setup.run.seed + step)
+                allocator.step(engine, pool)
+                ledger = engine.ledger
             wall = time.perf_counter() - t0
             compile_s, programs = clock.take()
             per_step[name].append({"wall_s": wall, "compile_s": compile_s, "programs": programs,
-                                   "tokens": engine.ledger.tokens_generated})
-            ledgers[name] = engine.ledger
+                                   "tokens": ledger.tokens_generated})
+            ledgers[name] = ledger
         same = all(ledger == ledgers["sync"] for ledger in ledgers.values())
         same_ledgers &= same
         print(f"{task} {arm} step {step + 1}: " + "; ".join(
@@ -121,6 +151,7 @@ def main():
     parser.add_argument("--arms", default="trace,grpo")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warm", type=int, default=2, help="steps left out of the after-warm ratios")
+    parser.add_argument("--learn", action="store_true", help="each mode trains its own params between steps")
     args = parser.parse_args()
     if args.steps < 1 or not 0 <= args.warm < args.steps:
         parser.error(f"--steps {args.steps} and --warm {args.warm}: need steps >= 1 and 0 <= warm < steps")
@@ -131,11 +162,12 @@ def main():
     results = {}
     with tempfile.TemporaryDirectory() as workdir:
         for arm in args.arms.split(","):
-            result = run_arm(args.task, arm, args.steps, workdir, clock)
+            result = run_arm(args.task, arm, args.steps, workdir, clock, args.learn)
             results[arm] = {"same_ledgers": result["same_ledgers"], **summary(result, args.warm)}
             print(f"{args.task} {arm}: {json.dumps(results[arm])}", flush=True)
             jax.clear_caches()
     print(json.dumps({"bench": "scheduler", "task": args.task, "steps": args.steps, "warm": args.warm,
+                      "learn": args.learn,
                       "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}", "jax": jax.__version__,
                       "arms": results}))
 
