@@ -38,7 +38,7 @@ import numpy as np
 from trace_jax.parallel.host import to_host
 from trace_jax.rollout.prefixes import PrefixTable
 from trace_jax.sampling import decode
-from trace_jax.sampling.engine import Generation, fork_rows
+from trace_jax.sampling.engine import Generation, _host_lengths, fork_rows
 from trace_jax.sampling.fork import concat_states, gather_rows, merged_row, plan_fork
 from trace_jax.sampling.rows import copy_rows, extend_rows, place_rows
 from trace_jax.sampling.state import (SamplerState, batch_bucket, empty_state, grow, mesh_of, row_processes,
@@ -184,7 +184,7 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
                                        [True] * len(ended.slots), leaves, ended.owners)
             gen = None
             if decoding.any():
-                state = _reserve(state, int(_lengths(state)[decoding].max()) + limit)
+                state = _reserve(state, int(_host_lengths(state)[decoding].max()) + limit)
                 gen, state = decode(config, params, state, sampling, seed=engine.seed, row_ids=row_ids.tolist(),
                                     active=decoding, positions=position.tolist(), steps=chunk)
             if stepped is not None:
@@ -229,7 +229,7 @@ def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, 
     turn boundaries anchored in the slot table (state `final`), slots of finished episodes freed."""
     p = engine.policy
     observations, boundaries, dropped = stepped
-    lengths = _lengths(state)
+    lengths = _host_lengths(state)
     rows = [ended.slots[i] for i in boundaries]
     cut = [int(lengths[ended.slots[i]]) - dropped.get(i, 0) for i in boundaries]
     if rows:
@@ -246,10 +246,6 @@ def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, 
         if i not in boundaries:
             previous[s], occupant[s] = occupant[s], -1
     return state
-
-
-def _lengths(state: SamplerState) -> np.ndarray:
-    return np.asarray(to_host(state.cache.lengths))
 
 
 def _reserve(state: SamplerState, needed: int) -> SamplerState:
