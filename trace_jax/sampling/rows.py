@@ -144,5 +144,5 @@ def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: 
             mask[i, : len(piece)] = True
         state = _append_rows(config, mesh, params, state,
                              *(put_replicated(x, mesh) for x in (index, lengths, recut, chunk, mask)))
-        recut[:] = False  # cut once, before the first chunk
+        recut = np.zeros_like(recut)  # cut once, before the first chunk (a new array: see put_replicated)
     return state

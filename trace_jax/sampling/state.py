@@ -86,15 +86,19 @@ def constrain(state: SamplerState, mesh: Mesh | None) -> SamplerState:
 
 def put_rows(array: np.ndarray, mesh: Mesh | None) -> jax.Array:
     """A host array whose first axis is rows, placed like the state's rows (over every process's devices
-    in a multi-host run: each process holds the same host array)."""
+    in a multi-host run: each process holds the same host array). Copied first, as in `put_replicated`."""
+    host = np.array(array, copy=True)
     if mesh is None:
-        return jax.device_put(array)
-    return to_device(array, NamedSharding(mesh, P(BATCH_AXES, *([None] * (np.ndim(array) - 1)))))
+        return jax.device_put(host)
+    return to_device(host, NamedSharding(mesh, P(BATCH_AXES, *([None] * (host.ndim - 1)))))
 
 
 def put_replicated(array, mesh: Mesh | None) -> jax.Array:
-    """A host value every device of the mesh holds whole (a seed)."""
-    return jax.device_put(array) if mesh is None else to_device(np.asarray(array), NamedSharding(mesh, P()))
+    """A host value every device of the mesh holds whole (a seed, row indices). Copied first: on CPU
+    `device_put` may alias a numpy buffer until the program that reads it has run, so a caller that reuses
+    its array for the next call would race with the one in flight."""
+    host = np.array(array, copy=True)
+    return jax.device_put(host) if mesh is None else to_device(host, NamedSharding(mesh, P()))
 
 
 def rows_multiple(mesh: Mesh | None) -> int:
