@@ -54,10 +54,11 @@ def get_config(arg: str | None = None, base=quickstart.base) -> ml_collections.C
     # (8 rollouts each) of an SFT policy trained on 1-4 hop questions, AUC on 96 validation prompts rose from
     # 0.59 (4 epochs) to 0.62 (16) and 0.64 (30), mean of 3 predictor seeds (a one-off probe, not in the repo).
     c.predictor.epochs = 16
-    # learner.layout stays "paths" (the default) although "packed" trains 1.1x-2.1x faster on every arm measured
-    # (docs/results.md, "The tree-packed learner"): every comparison's runs are committed under the settings they
-    # ran with, the layout is one of them, and the decisive phase 2 is pre-registered with paths; a new grid
-    # (new results directory) should set learner.layout="packed".
+    # The tree-packed learner: the same losses and gradients as one sequence per leaf path (to 1e-5), 1.1x-2.1x
+    # faster on every arm measured, memory never larger (experiments/bench_learner.py --section layouts;
+    # docs/results.md, "The tree-packed learner"). The stored runs that trained per path are still read back:
+    # the layout is not part of a run's identity (`schema.EXECUTION_SETTINGS`).
+    c.learner.layout = "packed"
     c.compare = ml_collections.ConfigDict(dict(allocators=ALLOCATORS, seeds=(0, 1, 2), ablation="",
                                                generalization_steps=8, generalization_prompts=32, study="",
                                                mechanism_steps=50, mechanism_reference=2048, mechanism_group=8,
@@ -138,6 +139,8 @@ def _decisive(c: ml_collections.ConfigDict) -> None:
     c.compare.endpoint = "sampled"
     c.compare.generalization_steps = 0
     c.compare.results = os.path.join(RESULTS, "decisive", f"confirm_{c.task.source}")
+    # Phase 2 began per path (the default then): its remaining runs compute as its first ones did.
+    c.learner.layout = "paths"
 
 
 def _powered(c: ml_collections.ConfigDict) -> None:

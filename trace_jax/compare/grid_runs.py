@@ -28,8 +28,9 @@ def _slug(name: str) -> str:
 def run_dir(workdir: str, variant: str, seed: int, run: schema.RunConfig) -> str:
     """`runs/<variant>/seed<k>-<hash of the run's settings>`: a run is read back or resumed only under
     the settings it ran under, so `:runlocal` and the full comparison can share one workdir (and its
-    SFT checkpoint), and changing a setting reruns instead of reporting a stale result."""
-    digest = hashlib.sha256(json.dumps(schema.settings(run), sort_keys=True).encode()).hexdigest()[:8]
+    SFT checkpoint), and changing a setting reruns instead of reporting a stale result; the scheduler and
+    learner layout are not part of it (`schema.EXECUTION_SETTINGS`)."""
+    digest = hashlib.sha256(json.dumps(schema.run_identity(run), sort_keys=True).encode()).hexdigest()[:8]
     return os.path.join(workdir, "runs", _slug(variant), f"seed{seed}-{digest}")
 
 

@@ -28,7 +28,7 @@ from trace_jax.allocation.base import sample_roots
 from trace_jax.allocation.calibration import auc
 from trace_jax.compare.audit import audit_cost
 from trace_jax.compare.store import cached
-from trace_jax.config.schema import SFT_SETTINGS, settings
+from trace_jax.config.schema import EXECUTION_SETTINGS, SFT_SETTINGS, settings
 from trace_jax.rl import learner, updates
 from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rollout.agent_loop import RolloutEngine
@@ -166,8 +166,9 @@ def study(setup, params, variants, *, steps: int, reference: int, group: int, se
     return {"reference": ref, "variants": out, "paired_vs_grpo": paired_vs_grpo(out)}
 
 
-# Settings a frozen-policy study does not depend on: evaluation, checkpoints, mesh, the RL schedule.
-_NOT_STUDIED = ("eval.", "checkpoint.", "mesh.", "rl.steps", "rl.eval_every")
+# Settings a frozen-policy study does not depend on: evaluation, checkpoints, mesh, the RL schedule, and how
+# rollouts are scheduled and the learner lays out its sequences (`EXECUTION_SETTINGS`).
+_NOT_STUDIED = ("eval.", "checkpoint.", "mesh.", "rl.steps", "rl.eval_every", *EXECUTION_SETTINGS)
 
 
 def _study_settings(key: dict) -> dict:

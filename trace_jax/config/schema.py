@@ -217,6 +217,13 @@ SFT_SETTINGS = ("model", "task", "sft")
 RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "eval",
                       "checkpoint", "mesh", "learner.remat", "learner.layout")
 
+# How a run computes, not what it computes: the rollout scheduler and the learner's sequence layout sample
+# from the same distributions and give the same losses and gradients up to float rounding (greedy rollouts are
+# token for token the same: tests/rollout/test_continuous.py; the packed learner equals the per-path one to
+# 1e-5: tests/rl/test_packing.py). A comparison identifies a run without them (`run_identity`), so a stored
+# run is read back whichever scheduler or layout ran it, and switching either reruns nothing.
+EXECUTION_SETTINGS = ("rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "learner.layout")
+
 
 # Fields added after runs were stored under `settings`: left out while they hold these values (which keep
 # the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
@@ -253,6 +260,11 @@ def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[st
             if not (key in ADDED_FIELDS and value == ADDED_FIELDS[key]):
                 flat[key] = value
     return json.loads(json.dumps(flat))
+
+
+def run_identity(run: RunConfig) -> dict[str, Any]:
+    """`settings(run)` without the `EXECUTION_SETTINGS`: what a stored comparison run is found under."""
+    return {k: v for k, v in settings(run).items() if k not in EXECUTION_SETTINGS}
 
 
 def require_same_settings(what: str, stored: dict[str, Any] | None, current: dict[str, Any],
