@@ -1,5 +1,5 @@
 """Benchmark: continuous batching (tools between chunks, and tools overlapping decode) vs the
-turn-synchronous agent loop on a workload of mixed turn lengths.
+turn-synchronous schedule (whole-turn decode calls, `rl.decode_chunk=0`) on a workload of mixed turn lengths.
 
   python experiments/bench_continuous.py                 # ~8 min on a 2-core CPU
   python experiments/bench_continuous.py --tool_ms 20    # each tool call a 20 ms round trip
@@ -9,7 +9,7 @@ The workload: `--episodes` episodes of 1..6 turns (seeded), each turn decoded un
 `small` model's chance of drawing one of the stop ids is ~1/`--mean_turn` per token) or
 `--max_new_tokens`, so turns range from a few tokens to the cap; each observation is 24 tokens and each
 tool call takes `--tool_ms` (a sleep: a retrieval server's or sandbox's latency, the CPU stays free). All
-modes hold `--slots` rows in the KV cache at once (equal memory): the turn-synchronous loop rolls the
+modes hold `--slots` rows in the KV cache at once (equal memory): the turn-synchronous schedule rolls the
 episodes out in waves of `--slots` (each turn of a wave decodes until its longest turn stops; the tools of
 all its rows run after it), continuous batching keeps `--slots` rows busy, refilling a slot as soon as its
 episode ends, `--chunk` decode steps per call, with the tools of the rows whose turn ended run either
@@ -133,7 +133,8 @@ class DeviceTimer:
 
 def roll_out(policy: Policy, env: Env, tasks: list[Task], slots: int, *, timer: DeviceTimer | None = None
              ) -> Rollout:
-    """Every task rolled out once: in waves of `slots` (turn-synchronous) or through `slots` slots (continuous)."""
+    """Every task rolled out once: in waves of `slots` with whole-turn decode calls (`Batching()`: the
+    turn-synchronous schedule) or through `slots` slots, `chunk` decode steps a call (continuous)."""
     engine = RolloutEngine(policy, env, seed=0)
     t0 = time.perf_counter()
     with timer.active() if timer else contextlib.nullcontext():

@@ -1,5 +1,5 @@
-"""Benchmark: the continuous scheduler against the turn-synchronous loop on real allocator steps, with the
-time split into compiling and the rest (what `docs/sampler.md` needs before one scheduler can replace both).
+"""Benchmark: the continuous scheduler's chunk size on real allocator steps, with the time split into compiling
+and the rest (`docs/sampler.md`: which chunk pays when).
 
   python experiments/bench_scheduler.py                        # math, TRACE and GRPO, 6 steps (~15 min, 2 cores)
   python experiments/bench_scheduler.py --arms trace --steps 3 # a smoke run
@@ -8,13 +8,14 @@ time split into compiling and the rest (what `docs/sampler.md` needs before one 
 Each arm's steps start from the powered math grid's stored SFT checkpoint (`experiments/results/powered_math`)
 with the params frozen, so every mode sees the same policy; step i draws the same candidate pool and seed in
 every mode, and each mode has its own allocator (TRACE's predictor state evolves per mode, identically while
-the modes sample the same trees: checked through the ledgers). Modes: `sync` (rl.decode_chunk=0), `whole_turns`
-(the continuous scheduler with chunk = max_new_tokens: the synchronous schedule through the scheduler's own
-machinery) and `chunk16` (16 decode steps per call, a slot per branch). The modes alternate within a step
+the modes sample the same trees: checked through the ledgers). Modes: `whole_turns` (rl.decode_chunk=0, the
+default: a whole turn per decode call, the turn-synchronous schedule) and `chunk16` (16 decode steps per call,
+a slot per branch). The turn-synchronous loop itself, which the scheduler replaced, was measured beside them
+up to commit 08b58e4 (docs/sampler.md). The modes alternate within a step
 (order rotated per step). Per mode and step: wall seconds, seconds spent compiling (XLA's own
 `backend_compile` and tracing/lowering durations from `jax.monitoring`) and programs compiled; the summary
 gives the steps after the first `--warm` (when the programs of this workload exist), medians [min, max] of
-the per-step ratios to `sync`. No persistent compilation cache is used. The last line is one JSON object.
+the per-step ratios to `whole_turns`. No persistent compilation cache is used. The last line is one JSON object.
 
 `--learn`: each mode trains as a run does (`train.rl_step`: rollouts, then the configured learner's update of
 that mode's own params and optimizer state), so the modes' params, and later their samples, part at float level;
@@ -66,8 +67,11 @@ class CompileClock:
         return out
 
 
+BASELINE = "whole_turns"
+
+
 def modes(max_new_tokens: int) -> dict[str, Batching]:
-    return {"sync": Batching(), "whole_turns": Batching(chunk=max_new_tokens), "chunk16": Batching(chunk=16)}
+    return {"whole_turns": Batching(), "chunk16": Batching(chunk=min(16, max_new_tokens))}
 
 
 def _with_batching(setup, batching: Batching):
@@ -116,7 +120,7 @@ def run_arm(task: str, arm: str, steps: int, workdir: str, clock: CompileClock, 
             per_step[name].append({"wall_s": wall, "compile_s": compile_s, "programs": programs,
                                    "tokens": ledger.tokens_generated})
             ledgers[name] = ledger
-        same = all(ledger == ledgers["sync"] for ledger in ledgers.values())
+        same = all(ledger == ledgers[BASELINE] for ledger in ledgers.values())
         same_ledgers &= same
         print(f"{task} {arm} step {step + 1}: " + "; ".join(
             f"{n} {per_step[n][-1]['wall_s']:.1f} s ({per_step[n][-1]['compile_s']:.1f} s compiling, "
@@ -126,21 +130,21 @@ def run_arm(task: str, arm: str, steps: int, workdir: str, clock: CompileClock, 
 
 def summary(result: dict, warm: int) -> dict:
     """Per mode: total wall and compile seconds, and after `warm` steps the median [min, max] per-step ratio
-    of wall time to sync's, with and without compile time."""
+    of wall time to the baseline's (whole turns), with and without compile time."""
     steps = result["steps"]
     out = {}
     for name, rows in steps.items():
         later = list(range(warm, len(rows)))
-        ratio = [rows[i]["wall_s"] / steps["sync"][i]["wall_s"] for i in later]
-        net = [(rows[i]["wall_s"] - rows[i]["compile_s"]) / (steps["sync"][i]["wall_s"] - steps["sync"][i]["compile_s"])
+        ratio = [rows[i]["wall_s"] / steps[BASELINE][i]["wall_s"] for i in later]
+        net = [(rows[i]["wall_s"] - rows[i]["compile_s"]) / (steps[BASELINE][i]["wall_s"] - steps[BASELINE][i]["compile_s"])
                for i in later]
         out[name] = {"wall_s": round(sum(r["wall_s"] for r in rows), 1),
                      "compile_s": round(sum(r["compile_s"] for r in rows), 1),
                      "programs": sum(r["programs"] for r in rows)}
         if later:
-            out[name].update(after_warm_vs_sync=[round(statistics.median(ratio), 3), round(min(ratio), 3),
+            out[name].update(after_warm_vs_whole_turns=[round(statistics.median(ratio), 3), round(min(ratio), 3),
                                                  round(max(ratio), 3)],
-                             after_warm_net_of_compiling_vs_sync=[round(statistics.median(net), 3),
+                             after_warm_net_of_compiling_vs_whole_turns=[round(statistics.median(net), 3),
                                                                   round(min(net), 3), round(max(net), 3)])
     return out
 

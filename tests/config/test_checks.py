@@ -202,8 +202,9 @@ def test_range_errors_state_the_allowed_range():
         from_config_dict(_updated({"rl.top_p": 0.0}))
     with pytest.raises(ConfigError, match="'seed'"):
         from_config_dict({**quickstart.get_config().to_dict(), "seed": -3})
-    with pytest.raises(ConfigError, match=r"'rl\.decode_slots'=8 needs 'rl\.decode_chunk' > 0"):
-        from_config_dict(_updated({"rl.decode_slots": 8}))
+    with pytest.raises(ConfigError, match=r"'rl\.decode_slots'=-8 is out of range: allowed \[0, inf\]"):
+        from_config_dict(_updated({"rl.decode_slots": -8}))
+    assert from_config_dict(_updated({"rl.decode_slots": 8})).rl.decode_slots == 8  # whole turns in 8 slots
 
 
 @pytest.mark.parametrize("name,arg,culprit", [

@@ -4,7 +4,7 @@ usage: python rollout_worker.py PORT PROCESS_ID NUM_PROCESSES TOKENIZER_DIR
 Grows the trees of `tests/rollout/test_continuous.grow` (greedy) on a (data=NUM_PROCESSES) mesh spanning
 every process, continuously batched with the tools run in a worker thread while the devices decode, and
 prints one JSON line: the trees' leaf paths, the per-process rollout and turn counts, the tool ledger.
-(The turn-synchronous loop's split is tested by tests/parallel/mesh/test_multihost_rl.py.)
+(Whole-turn calls, the default schedule, are tested by tests/parallel/mesh/test_multihost_rl.py.)
 """
 
 import json

@@ -93,9 +93,6 @@ def check_fields(run: RunConfig) -> None:
     if run.budget.m_min > run.budget.m_max:
         raise ConfigError(f"config fields 'budget.m_min'={run.budget.m_min} and 'budget.m_max'={run.budget.m_max} "
                           "conflict: m_min must be <= m_max")
-    if run.rl.decode_slots and not run.rl.decode_chunk:
-        raise ConfigError(f"config field 'rl.decode_slots'={run.rl.decode_slots} needs 'rl.decode_chunk' > 0 "
-                          "(slots are continuous batching's)")
     if run.budget.prompts > run.budget.candidates:
         raise ConfigError(f"config fields 'budget.prompts'={run.budget.prompts} and 'budget.candidates'="
                           f"{run.budget.candidates} conflict: prompts are chosen among the candidates")

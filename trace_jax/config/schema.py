@@ -70,13 +70,13 @@ class RLSection:
       train_prompts: training prompts the RL stream cycles over (0 = the whole train split). A small
         pool makes prompts recur across steps, so allocators with per-prompt histories (mopps,
         knapsack) have histories to use.
-      decode_chunk: 0: turn-synchronous rollouts (every live branch decodes its turn in one call, until
-        the longest stops); > 0: continuous batching (`rollout/continuous.py`), this many decode steps
-        per call, a row whose turn ended runs its tool and rejoins while the others decode on. Same
-        samples either way (same random numbers per row and token); only the schedule differs.
-      decode_slots: with decode_chunk > 0, rows decoding at once; pending branches wait for a slot
-        (0: one slot per branch of each expansion).
-      overlap_tools: with decode_chunk > 0, True: the tools of the rows whose turn ended run in a worker
+      decode_chunk: decode steps per call of the continuous scheduler (`rollout/continuous.py`): a row whose
+        turn ended runs its tool and rejoins while the others decode on. 0: a whole turn per call (the
+        turn-synchronous schedule). Same samples either way (same random numbers per row and token); only
+        the schedule differs (docs/sampler.md: which pays when).
+      decode_slots: rows decoding at once; pending branches wait for a slot (0: one slot per branch of each
+        expansion).
+      overlap_tools: True: the tools of the rows whose turn ended run in a worker
         thread while the device decodes the next chunk of the others (those rows rejoin a chunk later: worth
         it when tools take time, e.g. a retrieval server); False: between chunks. Measured (experiments/bench_continuous.py): 1.24x tokens/s with 20 ms tool calls,
         0.91x-0.97x with instant ones (two runs).

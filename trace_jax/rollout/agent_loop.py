@@ -1,13 +1,14 @@
-"""The host loop that grows rollout trees: all live branches of all trees decode one turn together.
+"""The rollout engine of one RL step: prompts prefilled once, trees grown from anchors, every cost counted.
 
-`expand` runs three phases per turn: fork (the first turn: `tree_expand` from the anchors' cache
-rows, cut back to their turn boundaries, so no history is ever re-prefilled) or decode (later
-turns), step the environments (the whole batch's parsing and tool calls on the host, new turn
-nodes in the trees), extend (one chunked prefill of the observations); until every branch is
-terminal. With `Batching.chunk > 0` the continuous scheduler (`continuous.py`) runs the same phases
-per slot through the engine's public pieces (`prefixes`, `step_envs`, `row_ids`, `count_*`). Trees hold
-data only; where each anchor's prefix lives and its forkable episode are the engine's `PrefixTable`. Every token generated or prefilled and every tool call goes into
-the step's `Ledger`; every error observation (malformed action, tool error) into `tool_errors`.
+`roots` prefills the prompts (each tree's root is an anchor: its cache row, hidden state and episode);
+`expand` samples k continuations from each anchor, each run to a terminal state by the continuous scheduler
+(`continuous.py`): forks from the anchors' cache rows cut back to their turn boundaries (no history is ever
+re-prefilled), decode, step the environments (parsing and tool calls on the host, new turn nodes in the trees),
+prefill the observations, per slot. This file owns the pieces the scheduler runs per slot (`step_envs`,
+`row_ids`, `count_*`) and the `PrefixTable` that says where each anchor's prefix lives; trees hold data only.
+Every token generated or prefilled and every tool call goes into the step's `Ledger`; every error observation
+(malformed action, tool error) into `tool_errors`. The turn-synchronous loop this replaced survives as the
+test reference the scheduler must match token for token (`tests/rollout/sync_reference.py`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ from trace_jax.rollout.continuous import Batching, run_continuous
 from trace_jax.rollout.prefixes import PrefixRef, PrefixTable
 from trace_jax.rollout.tree import Ledger, Node, RolloutTree
 from trace_jax.rollout.turns import run_turns, tokens_to_stop, turn_sampling
-from trace_jax.sampling import SamplingParams, decode, extend, start, tree_expand, truncate
-from trace_jax.sampling.fork import concat_states, merged_row, plan_fork
-from trace_jax.sampling.state import mesh_of, row_processes
+from trace_jax.sampling import SamplingParams, start
+from trace_jax.sampling.state import row_processes
 
 # Row id of a branch's turn = branch uid * TURN_STRIDE + turn: every turn of every branch draws its own
 # sampling keys. So an episode has at most MAX_TURNS turns (run_config checks task.max_turns).
@@ -41,7 +41,7 @@ MAX_TURNS = TURN_STRIDE - 1
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """What the loop samples with: model config and params, per-turn sampling, the renderer, and how decoding
-    is scheduled (turn-synchronous by default; `continuous.Batching`)."""
+    is scheduled (`continuous.Batching`)."""
 
     config: ModelConfig
     params: Params
@@ -122,31 +122,7 @@ class RolloutEngine:
         self.ledger.rollouts_started += len(branches)
         self.ledger.tokens_prefilled += len(branches)  # each fork re-feeds its boundary's last token
         leaves: list[tuple[int, int]] = []
-        if self.policy.batching.chunk:
-            run_continuous(self, trees, branches, sources, leaves)
-            return leaves
-        sid = self.prefixes.reserve()  # where these branches' state is stored once they all finished
-        gen, state, rows = self._fork(trees, branches, sources)  # branch i lives in state row rows[i]
-        owners = row_processes(state.batch_size, mesh_of(state))[np.asarray(rows, np.int64)]
-        live = [True] * len(branches)
-        while True:
-            observations, boundaries, dropped = self.step_envs(trees, branches, gen, live, leaves, owners)
-            if not any(live):
-                break
-            if dropped:  # turns cut at a stop string: the state forgets the tokens sampled after it
-                lengths = np.array(to_host(state.cache.lengths))
-                for i, n in dropped.items():
-                    lengths[rows[i]] -= n
-                state = truncate(self.policy.config, self.policy.params, state, lengths.tolist())
-            state = self._extend(trees, branches, rows, state, observations, boundaries, sid)
-            row_ids, active = np.zeros(state.batch_size, np.int64), np.zeros(state.batch_size, bool)
-            row_ids[rows], active[rows] = self.row_ids(branches, trees), live
-            gen, state = decode(self.policy.config, self.policy.params, state, self.policy.sampling, seed=self.seed,
-                                row_ids=row_ids.tolist(), active=active)
-            self.count_decode(gen, state.batch_size)
-            gen = gen.take(rows)
-        if self.policy.batching.keep_prefixes:
-            self.prefixes.states[sid] = state
+        run_continuous(self, trees, branches, sources, leaves)
         return leaves
 
     def episode_at(self, tree: RolloutTree, node_id: int) -> Episode:
@@ -206,25 +182,7 @@ class RolloutEngine:
                 self._uid += 1
         return branches, sources
 
-    def _fork(self, trees, branches, sources):
-        """The first turn of every branch: one gather of the anchors' rows, cut to their boundaries. Returns
-        the generation (branch order), the state and each branch's row in it (on a mesh: its anchor's
-        shard where the row bucket allows; the others are counted in `cross_shard_rows`)."""
-        p = self.policy
-        used = sorted({ref.state for ref in sources})
-        merged, offsets = concat_states([self.prefixes.states[s] for s in used])
-        offset, mesh = dict(zip(used, offsets)), mesh_of(merged)
-        parents = [merged_row(offset[r.state], r.row, self.prefixes.states[r.state].batch_size, merged.batch_size,
-                              mesh) for r in sources]
-        plan = plan_fork(parents, merged.batch_size, mesh)
-        self.count_placed(plan.rows, len(plan.source), mesh, cross_shard=plan.cross_shard)
-        gen, state = tree_expand(p.config, p.params, merged, parents, p.sampling, seed=self.seed,
-                                 row_ids=self.row_ids(branches, trees), fork_lengths=[r.length for r in sources],
-                                 plan=plan)
-        self.count_decode(gen, state.batch_size)
-        return gen, state, plan.rows
-
-    # --- the pieces both schedulers run (`continuous.py` calls them per slot) ----------------------
+    # --- the pieces the scheduler runs per slot (`continuous.py`) ----------------------------------
 
     def step_envs(self, trees, branches, gen, live, leaves, owners):
         """Parses every live branch's new turn, runs its tool, adds its node; returns the observation
@@ -269,21 +227,6 @@ class RolloutEngine:
 
     def _kept(self, tokens: list[int]) -> int:
         return tokens_to_stop(tokens, self.policy.renderer.decode_turn, self.policy.renderer.action_format.stop_strings)
-
-    def _extend(self, trees, branches, rows, state, observations, boundaries, sid):
-        """Prefills the observations (branch i's into row rows[i]); each new boundary becomes an anchor
-        (prefix, hidden, episode)."""
-        p = self.policy
-        per_row: list[list[int]] = [[] for _ in range(state.batch_size)]
-        for i, tokens in enumerate(observations):
-            per_row[rows[i]] = tokens
-        state = extend(p.config, p.params, state, per_row)
-        hidden, lengths = to_host((state.hidden, state.cache.lengths))
-        for i, node in boundaries.items():
-            row = int(rows[i])
-            self.prefixes.anchor(trees[branches[i].tree], node.id, sid, row, int(lengths[row]),
-                                 np.asarray(hidden[row]), branches[i].episode)
-        return state
 
     def count_placed(self, rows, batch: int, mesh, *, cross_shard: int) -> None:
         """Branches forked into rows `rows` of a state of `batch` rows: who decodes them, what crossed shards."""

@@ -1,15 +1,12 @@
 """Continuous batching at turn granularity: the slot table and the loop that keeps its slots busy.
 
-The turn-synchronous loop (`agent_loop.RolloutEngine.expand`) decodes every live branch's turn in one
-call that runs until the longest turn stops, so a row whose turn ended early computes padding until the
-slowest one is done, and the tools of all rows wait for it. Here the sampler state is a table of
-`slots` rows, decoded `chunk` tokens at a time:
+Every `RolloutEngine.expand` runs here. The sampler state is a table of `slots` rows, decoded `chunk` tokens
+at a time (a whole turn by default):
 
 - after each chunk, the rows whose turn ended (a stop id, or max_new_tokens) leave: their turns are
-  parsed and their tools run (`RolloutEngine.step_envs`, the same code as the synchronous loop) before
-  the next chunk, or, with `overlap_tools`, in a worker thread while the device decodes the next chunk of
-  the other rows (the main thread only waits on the device meanwhile, so the two never touch the trees at
-  once); then their observations are prefilled
+  parsed and their tools run (`RolloutEngine.step_envs`) before the next chunk, or, with `overlap_tools`, in
+  a worker thread while the device decodes the next chunk of the other rows (the main thread only waits on
+  the device meanwhile, so the two never touch the trees at once); then their observations are prefilled
   into those rows only (`extend_rows`, a sub-batch) and they rejoin, while the other rows carry on from
   where they were;
 - a slot whose branch reached a terminal state takes the next pending branch (`place_rows`: a fork from
@@ -20,10 +17,14 @@ slowest one is done, and the tools of all rows wait for it. Here the sampler sta
   gathered into one (the tail of a call decodes fewer rows instead of idle ones; by quarters, not halves, so
   the tail compiles fewer decode programs).
 
+With whole-turn chunks (the default) and one slot per branch, this is the turn-synchronous schedule (every
+live row decodes its turn, the tools run, the observations are prefilled), with observations prefilled into
+the rows that have one only and the tail gathered into fewer rows; smaller chunks let a row whose turn ended
+early rejoin sooner instead of waiting, as padding, for the longest turn of the call.
 Row r's randomness at the t-th token of a turn is the synchronous loop's (same row id, `positions`
-carry t across chunks), so with the same numerics both loops sample the same tokens; with greedy
-sampling the trajectories are identical (tested). Slot utilisation (decoded tokens / slot-steps computed)
-is counted in both loops on the engine.
+carry t across chunks), so with the same numerics every schedule samples the same tokens as the
+turn-synchronous reference (`tests/rollout/sync_reference.py`; tested at temperature 1 and greedy). Slot
+utilisation (decoded tokens / slot-steps computed) is counted on the engine.
 """
 
 from __future__ import annotations
@@ -67,11 +68,11 @@ class Batching:
     """How `RolloutEngine.expand` schedules decoding.
 
     Attributes:
-      chunk: 0: turn-synchronous (every live branch decodes its whole turn in one call); > 0: continuous
-        batching, `chunk` decode steps per call (capped at max_new_tokens).
-      slots: with chunk > 0, the rows decoding at once (rounded up to a row bucket); further branches
-        wait for a slot. 0: one slot per branch of the `expand` call (no queue).
-      overlap_tools: with chunk > 0, the env steps (parsing, tool calls) of the rows whose turn ended in a
+      chunk: decode steps per call (capped at max_new_tokens); 0: a whole turn per call (a row whose turn
+        ended early waits, as padding, until the call's longest turn ends).
+      slots: the rows decoding at once (rounded up to a row bucket); further branches wait for a slot.
+        0: one slot per branch of the `expand` call (no queue).
+      overlap_tools: the env steps (parsing, tool calls) of the rows whose turn ended in a
         chunk run in a worker thread while the device decodes the next chunk of the other rows; those rows
         rejoin one chunk later (worth it when tools take time). False (default): before the next chunk.
       keep_prefixes: True (default): every finished branch's cache row stays on the device (the archive),
@@ -89,8 +90,6 @@ class Batching:
     def __post_init__(self):
         if self.chunk < 0 or self.slots < 0:
             raise ValueError(f"Batching(chunk={self.chunk}, slots={self.slots}): both must be >= 0")
-        if self.slots and not self.chunk:
-            raise ValueError(f"Batching(slots={self.slots}) needs chunk > 0 (slots are continuous batching's)")
 
 
 def _turns(pieces: list[list[Generation]], width: int) -> Generation:
@@ -118,7 +117,7 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
     p = engine.policy
     config, params, sampling = p.config, p.params, p.sampling
     limit = sampling.max_new_tokens
-    chunk = min(p.batching.chunk, limit)
+    chunk = min(p.batching.chunk or limit, limit)
     final = engine.prefixes.reserve()  # the slot table's own id: anchors in it point here until archived
     used = sorted({ref.state for ref in sources})
     merged, offsets = concat_states([engine.prefixes.states[s] for s in used])

@@ -1,8 +1,8 @@
 """The prefix table of one RL step: the sampler states a `RolloutEngine` holds, and for every anchor (a
 tree's root or turn boundary) where its prefix's KV rows live and the env episode to fork at it.
 
-Both schedulers (the turn-synchronous loop in `agent_loop.py`, continuous batching in `continuous.py`)
-store states and anchors here through this interface; trees hold data only."""
+The scheduler (`continuous.py`) and the engine (`agent_loop.py`) store states and anchors here through this
+interface; trees hold data only."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def _decode(config: ModelConfig, sampling: SamplingParams, steps: int, mesh, par
             seed, row_ids, active, positions):
     """Samples and feeds at most `steps` tokens per active row; a row stops at a stop id or once it holds
     max_new_tokens tokens of its turn, `positions[r]` of which it had before this call (continuous
-    batching decodes a turn in several calls; the turn-synchronous loop in one, from 0)."""
+    batching decodes a turn in one call or several)."""
     row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(jax.random.key(seed), row_ids)
     B, N = state.batch_size, sampling.max_new_tokens
     stop_ids = jnp.asarray(sampling.stop_ids or (-1,), jnp.int32)

@@ -30,8 +30,10 @@ def _grow_trees(world, params, seed=5):
 
 
 def _nodes(trees):
-    return [(t_i, n.id, n.parent, tuple(n.tokens), np.asarray(n.logprobs)) for t_i, t in enumerate(trees)
-            for n in t.nodes[1:]]
+    """Per tree, each node's path of turns (tokens) -> its log-probs: node ids follow the order in which rows
+    finished, which a mesh may change (forks go to their parent's shard), so nodes are keyed by their path."""
+    return [sorted(((tuple(tuple(m.tokens) for m in t.path(n.id)[1:]), np.asarray(n.logprobs)) for n in t.nodes[1:]),
+                   key=lambda x: x[0]) for t in trees]
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +49,10 @@ def test_rollouts_on_a_mesh_match_one_device(tiny_setup, one_device, shape):
     mesh = make_mesh(*shape)
     engine, trees, _ = _grow_trees(tiny_setup, to_sampling_layout(tiny_setup.policy.params, mesh))
     got, want = _nodes(trees), _nodes(reference)
-    assert [g[:4] for g in got] == [w[:4] for w in want]
+    assert [[path for path, _ in g] for g in got] == [[path for path, _ in w] for w in want]
     for g, w in zip(got, want):
-        np.testing.assert_allclose(g[4], w[4], atol=1e-5, rtol=0)
+        for (_, logprobs_got), (_, logprobs_want) in zip(g, w):
+            np.testing.assert_allclose(logprobs_got, logprobs_want, atol=1e-5, rtol=0)
     state = engine.prefixes.states[max(engine.prefixes.states)]
     data, fsdp, tensor = shape
     k = state.cache.k[0]  # [B, K, H, T]: rows over data x fsdp; the tiny model's 2 KV heads over tensor when it divides
@@ -61,10 +64,11 @@ def test_rollouts_on_a_mesh_match_one_device(tiny_setup, one_device, shape):
 def test_continuous_batching_on_a_mesh_matches_one_device(tiny_setup, keep_prefixes):
     """Slots refilled, archived (or dropped and their prefixes prefilled again in waves) and compacted on a
     (2, 2, 2) mesh: greedy, the synchronous loop's trees on one device."""
+    from tests.rollout.sync_reference import TurnSynchronousEngine
     from tests.rollout.test_continuous import grow, leaf_paths
     from trace_jax.rollout.continuous import Batching
 
-    _, want, _ = grow(tiny_setup, Batching(), temperature=0.0)
+    _, want, _ = grow(tiny_setup, Batching(), temperature=0.0, engine_class=TurnSynchronousEngine)
     params = to_sampling_layout(tiny_setup.policy.params, make_mesh(2, 2, 2))
     engine, got, _ = grow(tiny_setup, Batching(chunk=3, slots=8, keep_prefixes=keep_prefixes), temperature=0.0,
                           params=params)
