@@ -146,7 +146,7 @@ def roll_out(policy: Policy, env: Env, tasks: list[Task], slots: int, *, timer: 
     seconds = time.perf_counter() - t0
     leaves = [[tuple(n.tokens) for n in t.path(t.leaves()[0].id)[1:]] for t in trees]
     return Rollout(seconds=seconds, tokens=engine.ledger.tokens_generated,
-                   utilisation=engine.decode_tokens / max(engine.decode_slot_steps, 1),
+                   utilisation=engine.counters.decode_tokens / max(engine.counters.decode_slot_steps, 1),
                    device_s=timer.seconds if timer else 0.0, leaves=leaves)
 
 

@@ -31,8 +31,8 @@ os.makedirs(tokenizer_dir, exist_ok=True)
 world = tiny_world(tokenizer_dir)
 params = to_sampling_layout(world.policy.params, make_mesh(data=jax.device_count()))
 engine, trees, _ = grow(world, Batching(chunk=3, slots=4, overlap_tools=True), temperature=0.0, params=params)
-out = {"process": process_id, "leaves": leaf_paths(trees), "turns_by_process": engine.turns_by_process,
-       "rollouts_by_process": engine.rollouts_by_process, "tool_errors": dict(engine.tool_errors),
+out = {"process": process_id, "leaves": leaf_paths(trees), "turns_by_process": engine.counters.turns_by_process,
+       "rollouts_by_process": engine.counters.rollouts_by_process, "tool_errors": dict(engine.counters.tool_errors),
        "tool_calls": engine.ledger.tool_calls}
 print(json.dumps(out))
 jax.distributed.shutdown()

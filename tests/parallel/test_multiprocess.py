@@ -69,12 +69,12 @@ def test_two_processes_grow_the_trees_of_one_and_split_the_tools(tmp_path, tiny_
 
     engine, trees, _ = grow(tiny_setup, Batching(), temperature=0.0)
     want = json.loads(json.dumps(leaf_paths(trees)))
-    turns = engine.turns_by_process[0]
+    turns = engine.counters.turns_by_process[0]
     assert turns > engine.ledger.rollouts_started  # multi-turn: more turns than rollouts
     got = _run_workers("rollout_worker.py", tmp_path, tmp_path / "tokenizer")
     assert [g["leaves"] for g in got] == [want, want]
     assert got[0]["turns_by_process"] == got[1]["turns_by_process"]
     split = got[0]["turns_by_process"]
     assert sum(split) == turns and min(split) > 0, split  # every turn run once, by one of the processes
-    assert got[0]["tool_errors"] == got[1]["tool_errors"] == dict(engine.tool_errors)
+    assert got[0]["tool_errors"] == got[1]["tool_errors"] == dict(engine.counters.tool_errors)
     assert got[0]["tool_calls"] == got[1]["tool_calls"] == engine.ledger.tool_calls

@@ -85,13 +85,13 @@ def test_the_scheduler_samples_the_synchronous_loops_trajectories(tiny_setup, sy
                 assert row.tolist() == tree.context(node.id)
     lengths = {len(n.tokens) for t in want_trees for n in t.nodes[1:]}
     assert len(lengths) > 3, f"turns of mixed lengths expected, got {lengths}"
-    assert engine.decode_tokens == engine_sync.decode_tokens
-    utilisation = engine.decode_tokens / engine.decode_slot_steps
-    print(f"slot utilisation {utilisation:.3f} against {engine_sync.decode_tokens / engine_sync.decode_slot_steps:.3f}")
+    assert engine.counters.decode_tokens == engine_sync.counters.decode_tokens
+    utilisation = engine.counters.decode_tokens / engine.counters.decode_slot_steps
+    print(f"slot utilisation {utilisation:.3f} against {engine_sync.counters.decode_tokens / engine_sync.counters.decode_slot_steps:.3f}")
     if batching.chunk:
-        assert utilisation > 1.5 * engine_sync.decode_tokens / engine_sync.decode_slot_steps
+        assert utilisation > 1.5 * engine_sync.counters.decode_tokens / engine_sync.counters.decode_slot_steps
     else:
-        assert utilisation >= engine_sync.decode_tokens / engine_sync.decode_slot_steps
+        assert utilisation >= engine_sync.counters.decode_tokens / engine_sync.counters.decode_slot_steps
 
 
 @pytest.mark.slow

@@ -7,17 +7,15 @@ re-prefilled), decode, step the environments (parsing and tool calls on the host
 prefill the observations, per slot. This file owns the pieces the scheduler runs per slot (`step_envs`,
 `row_ids`, `count_*`) and the `PrefixTable` that says where each anchor's prefix lives; trees hold data only.
 Every token generated or prefilled and every tool call goes into the step's `Ledger`; every error observation
-(malformed action, tool error) into `tool_errors`. The turn-synchronous loop this replaced survives as the
+(malformed action, tool error), the split over processes and the slot use into its `RolloutCounters`. The turn-synchronous loop this replaced survives as the
 test reference the scheduler must match token for token (`tests/rollout/sync_reference.py`).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from collections.abc import Sequence
 
-import jax
 import numpy as np
 
 from trace_jax.envs.protocol import Env, Episode, Task
@@ -27,7 +25,7 @@ from trace_jax.models.transformer import Params
 from trace_jax.parallel.host import to_host
 from trace_jax.rollout.continuous import Batching, run_continuous
 from trace_jax.rollout.prefixes import PrefixRef, PrefixTable
-from trace_jax.rollout.tree import Ledger, Node, RolloutTree
+from trace_jax.rollout.tree import Ledger, Node, RolloutCounters, RolloutTree
 from trace_jax.rollout.turns import run_turns, tokens_to_stop, turn_sampling
 from trace_jax.sampling import SamplingParams, start
 from trace_jax.sampling.state import row_processes
@@ -68,12 +66,7 @@ class RolloutEngine:
         self.policy = dataclasses.replace(policy, sampling=turn_sampling(policy.sampling, policy.renderer))
         self.env, self.seed = env, seed
         self.ledger = Ledger()
-        self.tool_errors: collections.Counter[str] = collections.Counter()  # error observations by kind
-        self.cross_shard_rows = 0  # forked rows copied from another shard (on a mesh)
-        self.rollouts_by_process = [0] * jax.process_count()  # rollouts whose rows each process's devices decode
-        self.turns_by_process = [0] * jax.process_count()  # env turns (parse, tool, score) each process ran
-        self.decode_slot_steps = 0  # rows x decode steps computed (padding and finished rows included)
-        self.decode_tokens = 0  # of which sampled a token of a live turn
+        self.counters = RolloutCounters()  # error observations, the split over processes, slot use
         self.prefixes = PrefixTable()
         self._uid = 0
 
@@ -194,7 +187,7 @@ class RolloutEngine:
         kept = {i: self._kept(gen.tokens[i, :int(gen.lengths[i])].tolist()) for i in range(len(branches)) if live[i]}
         texts = {i: p.renderer.decode_turn(gen.tokens[i, :k].tolist()) for i, k in kept.items()}
         results = run_turns(self.env, branches, texts, {i: int(gen.lengths[i]) for i in kept}, owners,
-                            self.turns_by_process)
+                            self.counters.turns_by_process)
         dropped: dict[int, int] = {}
         for i, branch in enumerate(branches):
             if not live[i]:
@@ -205,7 +198,7 @@ class RolloutEngine:
             result = results[i]
             self.ledger.tokens_generated += sampled  # the cut tokens were generated: they count
             if "error" in result.info:
-                self.tool_errors[result.info["error"]] += 1
+                self.counters.tool_errors[result.info["error"]] += 1
             node = tree.add(branch.node, tokens=tokens, logprobs=gen.logprobs[i, :n].tolist(),
                             entropy=gen.entropy[i, :n].tolist(), tool_calls=branch.episode.tool_calls,
                             origin=branch.origin)
@@ -230,13 +223,13 @@ class RolloutEngine:
 
     def count_placed(self, rows, batch: int, mesh, *, cross_shard: int) -> None:
         """Branches forked into rows `rows` of a state of `batch` rows: who decodes them, what crossed shards."""
-        self.cross_shard_rows += cross_shard
+        self.counters.cross_shard_rows += cross_shard
         for process in row_processes(batch, mesh)[np.asarray(rows, np.int64)]:
-            self.rollouts_by_process[process] += 1
+            self.counters.rollouts_by_process[process] += 1
 
     def count_decode(self, gen, batch: int) -> None:
-        self.decode_slot_steps += batch * int(gen.lengths.max(initial=0))
-        self.decode_tokens += int(gen.lengths.sum())
+        self.counters.decode_slot_steps += batch * int(gen.lengths.max(initial=0))
+        self.counters.decode_tokens += int(gen.lengths.sum())
 
     @staticmethod
     def row_ids(branches, trees) -> list[int]:

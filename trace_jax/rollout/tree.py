@@ -9,7 +9,10 @@ how much of the bought contrast is usable.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+
+import jax
 import numpy as np
 
 
@@ -136,6 +139,23 @@ class Ledger:
 
     def __add__(self, other: Ledger) -> Ledger:
         return Ledger(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
+
+
+@dataclasses.dataclass
+class RolloutCounters:
+    """What a `RolloutEngine` counts besides the budget: how the work was scheduled and split. It depends on
+    the schedule and the mesh, so, unlike the `Ledger`, it is not compared between schedules or audited."""
+
+    tool_errors: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # by kind
+    cross_shard_rows: int = 0  # forked rows copied from another shard (on a mesh)
+    rollouts_by_process: list[int] = dataclasses.field(default_factory=lambda: [0] * jax.process_count())
+    turns_by_process: list[int] = dataclasses.field(default_factory=lambda: [0] * jax.process_count())
+    decode_slot_steps: int = 0  # rows x decode steps computed (padding and finished rows included)
+    decode_tokens: int = 0  # of which sampled a token of a live turn
+
+    @property
+    def slot_utilisation(self) -> float:
+        return self.decode_tokens / max(self.decode_slot_steps, 1)
 
 
 def step_statistics(trees: list[RolloutTree]) -> dict[str, float]:

@@ -89,9 +89,9 @@ def test_sampling_params_are_tensor_parallel_and_replicated_over_the_batch_axes(
 
 def test_forks_cross_shards_only_where_the_bucket_is_full(tiny_setup):
     engine, trees, _ = _grow_trees(tiny_setup, to_sampling_layout(tiny_setup.policy.params, make_mesh(8, 1, 1)))
-    assert engine.cross_shard_rows > 0  # 3 roots on 8 shards: 6 children cannot all stay on shards 0-2
+    assert engine.counters.cross_shard_rows > 0  # 3 roots on 8 shards: 6 children cannot all stay on shards 0-2
     reference, _, _ = _grow_trees(tiny_setup, tiny_setup.policy.params)
-    assert reference.cross_shard_rows == 0
+    assert reference.counters.cross_shard_rows == 0
 
 
 def _random_state(mesh, rows, seed=0):
