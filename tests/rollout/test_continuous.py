@@ -8,6 +8,7 @@ import pytest
 
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.continuous import Batching
+from trace_jax.sampling.state import length_bucket
 from tests.rollout.sync_reference import TurnSynchronousEngine
 
 STOPS = tuple(range(40, 100))  # ~12% of the tiny vocabulary ends a turn: turns of mixed lengths
@@ -83,6 +84,9 @@ def test_the_scheduler_samples_the_synchronous_loops_trajectories(tiny_setup, sy
                 ref = engine.prefix_of(tree, node.id)
                 row = np.asarray(engine.prefixes.states[ref.state].tokens[ref.row, :ref.length])
                 assert row.tolist() == tree.context(node.id)
+    longest = max(len(t.context(leaf.parent)) + len(leaf.tokens) for t in trees for leaf in t.leaves())
+    for state in engine.prefixes.states.values():  # the sizes experiments/dry_run.py plans memory with
+        assert length_bucket(state.capacity) == state.capacity <= length_bucket(longest + 24), state.capacity
     lengths = {len(n.tokens) for t in want_trees for n in t.nodes[1:]}
     assert len(lengths) > 3, f"turns of mixed lengths expected, got {lengths}"
     assert engine.counters.decode_tokens == engine_sync.counters.decode_tokens

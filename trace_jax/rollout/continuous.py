@@ -183,9 +183,8 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
                                        [True] * len(ended.slots), leaves, ended.owners)
             gen = None
             if decoding.any():
-                state = _reserve(state, int(_host_lengths(state)[decoding].max()) + limit)
                 gen, state = decode(config, params, state, sampling, seed=engine.seed, row_ids=row_ids.tolist(),
-                                    active=decoding, positions=position.tolist(), steps=chunk)
+                                    active=decoding, positions=position.tolist(), steps=chunk, reserve=limit)
             if stepped is not None:
                 state = _rejoin(engine, state, ended, stepped.result(), trees, final, occupant, previous,
                                 anchors_in)
@@ -231,10 +230,8 @@ def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, 
     lengths = _host_lengths(state)
     rows = [ended.slots[i] for i in boundaries]
     cut = [int(lengths[ended.slots[i]]) - dropped.get(i, 0) for i in boundaries]
-    if rows:
-        state = _reserve(state, max(c + len(observations[i]) for c, i in zip(cut, boundaries))
-                         + p.sampling.max_new_tokens)
-    state = extend_rows(p.config, p.params, state, rows, [observations[i] for i in boundaries], cut=cut)
+    state = extend_rows(p.config, p.params, state, rows, [observations[i] for i in boundaries], cut=cut,
+                        reserve=p.sampling.max_new_tokens)
     hidden, lengths = to_host((state.hidden, state.cache.lengths))
     for i, node in boundaries.items():
         slot, branch = ended.slots[i], ended.branches[i]
@@ -245,16 +242,6 @@ def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, 
         if i not in boundaries:
             previous[s], occupant[s] = occupant[s], -1
     return state
-
-
-def _reserve(state: SamplerState, needed: int) -> SamplerState:
-    """Grows the slot table to the next power of two >= needed (callers add a whole turn of headroom): it
-    only grows, and each new capacity compiles the decode, prefill, place and copy programs again, so it
-    grows in octaves rather than the 4 sizes per octave of `length_bucket` (fewer compiles, at most half of
-    the slots unused, which decode still reads)."""
-    if needed <= state.capacity:
-        return state
-    return grow(state, batch_bucket(needed))
 
 
 def _moved(values: np.ndarray, live: np.ndarray, slots: int, fill) -> np.ndarray:

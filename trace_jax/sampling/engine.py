@@ -167,11 +167,13 @@ def _host_lengths(state: SamplerState) -> np.ndarray:
     return np.array(to_host(state.cache.lengths))  # a writable host copy
 
 
-def ensure_capacity(state: SamplerState, needed: int) -> SamplerState:
-    """Grows every row's cache to a bucketed capacity >= needed (no-op when it fits)."""
+def ensure_capacity(state: SamplerState, needed: int, *, ahead: int = 0) -> SamplerState:
+    """Grows every row's cache to a bucketed capacity >= needed (no-op when it fits); when it grows, to room
+    for `ahead` tokens too (what the caller will need soon: one growth, and one set of programs compiled for
+    it, instead of one per call). Buckets are `length_bucket`'s, the sizes experiments/dry_run.py plans for."""
     if needed <= state.capacity:
         return state
-    return grow(state, length_bucket(needed))
+    return grow(state, length_bucket(max(needed, ahead)))
 
 
 def start(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]], *, reserve: int = 0,
@@ -228,12 +230,13 @@ def truncate(config: ModelConfig, params: Params, state: SamplerState, lengths: 
 
 def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: SamplingParams, *, seed: int,
            row_ids: Sequence[int], active: Sequence[bool] | None = None, positions: Sequence[int] | None = None,
-           steps: int | None = None) -> tuple[Generation, SamplerState]:
+           steps: int | None = None, reserve: int = 0) -> tuple[Generation, SamplerState]:
     """Continues rows 0..len(row_ids)-1 of `state` (those `active`) until a stop id or max_new_tokens.
 
     With `steps` (continuous batching) it returns after at most that many tokens per row; `positions[r]`
     says how many tokens of its turn row r already holds (they count towards max_new_tokens and index
-    the row's random numbers, so a turn decoded in several calls samples what one call would).
+    the row's random numbers, so a turn decoded in several calls samples what one call would). If the
+    cache must grow, it grows to room for `reserve` tokens past the longest live row (`ensure_capacity`).
     Consumes `state`; returns the host-side Generation and the state holding every fed token.
     """
     n = len(row_ids)
@@ -249,7 +252,8 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
         done[:n] = np.asarray(positions, np.int32)
     lengths = _host_lengths(state)
     if live.any():
-        state = ensure_capacity(state, int((lengths + np.minimum(steps, sampling.max_new_tokens - done))[live].max()))
+        state = ensure_capacity(state, int((lengths + np.minimum(steps, sampling.max_new_tokens - done))[live].max()),
+                                ahead=int(lengths[live].max()) + reserve)
     ids = np.zeros(state.batch_size, np.uint32)
     ids[:n] = np.asarray(row_ids, np.uint32)
     mesh = mesh_of(state)  # the call's only host-to-device transfers:

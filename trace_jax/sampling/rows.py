@@ -113,10 +113,11 @@ def copy_rows(target: SamplerState, source: SamplerState, source_rows: Sequence[
 
 def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: Sequence[int],
                 new_tokens: Sequence[Sequence[int]], *, cut: Sequence[int | None] | None = None,
-                max_chunk: int = MAX_CHUNK) -> SamplerState:
+                max_chunk: int = MAX_CHUNK, reserve: int = 0) -> SamplerState:
     """`extend` on rows `rows` only, computed on a sub-batch of those rows: appends new_tokens[i] to row
     rows[i], after cutting it back to cut[i] tokens where that is given (a turn stopped at a stop string;
-    see `truncate`). Consumes `state`."""
+    see `truncate`). If the cache must grow, it grows to room for `reserve` more tokens past the appended
+    ones (`ensure_capacity`). Consumes `state`."""
     if len(rows) != len(new_tokens) or (cut is not None and len(cut) != len(rows)):
         raise ValueError(f"{len(rows)} rows for {len(new_tokens)} token lists"
                          + ("" if cut is None else f" and {len(cut)} cut lengths"))
@@ -127,7 +128,8 @@ def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: 
     if (wanted < 1).any() or (wanted > have).any():
         raise ValueError(f"cut lengths must lie in [1, row length]; got {list(cut)} for rows of lengths "
                          f"{have.tolist()}")
-    state = ensure_capacity(state, int(max(w + len(t) for w, t in zip(wanted, new_tokens))))
+    needed = int(max(w + len(t) for w, t in zip(wanted, new_tokens)))
+    state = ensure_capacity(state, needed, ahead=needed + reserve)
     index, mesh = _sub_batch(rows, state.batch_size), mesh_of(state)
     longest = max(max(len(t) for t in new_tokens), 1)
     width = chunk_bucket(longest, max_chunk)
