@@ -14,13 +14,14 @@ CONFIG = get_preset("tiny")
 PARAMS = init_params(CONFIG, 0)
 
 
-@pytest.mark.parametrize("rows,bucket", [(1, 1), (2, 4), (4, 4), (5, 16), (16, 16), (17, 64)])
-def test_sub_batches_come_in_powers_of_four(rows, bucket):
-    assert sub_batch_bucket(rows) == bucket
+@pytest.mark.parametrize("rows,table,bucket", [(1, 4, 4), (3, 8, 8), (1, 64, 16), (16, 64, 16), (17, 64, 64),
+                                               (17, 512, 64), (65, 512, 256), (300, 512, 512)])
+def test_sub_batches_are_powers_of_four_from_16_and_at_most_the_table(rows, table, bucket):
+    assert sub_batch_bucket(rows, table) == bucket
 
 
 def test_extend_rows_on_two_of_four_rows_is_extend_with_the_others_left_alone():
-    """2 rows padded to a sub-batch of 4 (the padding gathers a clipped row and is never written back); one
+    """2 rows padded to a sub-batch of 4, the whole table (the padding gathers a clipped row and is never written back); one
     of them cut back 2 tokens first, as after a stop string."""
     rng = np.random.RandomState(0)
     prompts = [rng.randint(3, CONFIG.vocab_size, n).tolist() for n in (5, 9, 3, 7)]

@@ -49,29 +49,40 @@ def _copy(mesh, target, source, source_rows, rows):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
-def _append_rows(config, mesh, params, state, rows, cut, recut, tokens, mask):
-    """`_append_body` on rows `rows` only (a sub-batch gathered and written back): rows `recut` are first cut
-    back to `cut` tokens, then tokens [n, C] (right-padded, mask [n, C]) are appended."""
-    sub = _take_rows(state, rows)
-    sub = _refeed_last(config, params, sub, cut, recut)
-    sub = _append_body(config, params, sub, tokens, mask)
+def _rewind_rows(config, mesh, params, state, rows, cut):
+    """Rows `rows` only (a sub-batch gathered and written back) cut back to `cut` tokens, their logits and
+    hidden state recomputed from the kept last token (a turn stopped at a stop string)."""
+    sub = _refeed_last(config, params, _take_rows(state, rows), cut, rows < state.batch_size)
     return constrain(_put_rows(state, rows, sub), mesh)
 
 
-def sub_batch_bucket(n: int) -> int:
-    """A sub-batch's rows: the next power of four (1, 4, 16, ...). Each size is a program per state shape,
-    crossed with the others (capacities, slot counts, prefill widths), and compiling those is what the
-    scheduler's steps cost (docs/sampler.md); padding rows cost a little compute instead."""
-    size = 1
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+def _append_rows(config, mesh, params, state, rows, tokens, mask):
+    """`_append_body` on rows `rows` only (a sub-batch gathered and written back): tokens [n, C] (right-padded,
+    mask [n, C]) appended. Apart from `_rewind_rows`: a model pass compiled into every append for the rare
+    turn cut at a stop string made each of these programs twice as slow to compile."""
+    sub = _append_body(config, params, _take_rows(state, rows), tokens, mask)
+    return constrain(_put_rows(state, rows, sub), mesh)
+
+
+SUB_BATCH_FLOOR = 16
+
+
+def sub_batch_bucket(n: int, rows: int) -> int:
+    """A sub-batch's rows for n chosen rows of states of `rows` rows (the smaller state's; >= n): the next
+    power of four from SUB_BATCH_FLOOR (16, 64, 256, ...), at most `rows`. Each size is a program per state
+    shape, crossed with the others (capacities, slot counts, prefill widths), and compiling those is what the
+    scheduler's steps cost (docs/sampler.md); padding rows cost a little prefill instead. Below the floor a
+    table is small enough that the whole of it is the one size."""
+    size = SUB_BATCH_FLOOR
     while size < n:
         size *= 4
-    return size
+    return max(n, min(size, rows))
 
 
-def _sub_batch(rows: Sequence[int], batch: int) -> np.ndarray:
-    """Row indices padded to a sub-batch bucket with `batch` (out of range: gathered by clipping, never
-    written back)."""
-    index = np.full(sub_batch_bucket(len(rows)), batch, np.int32)
+def _sub_batch(rows: Sequence[int], batch: int, size: int) -> np.ndarray:
+    """Row indices padded to `size` with `batch` (out of range: gathered by clipping, never written back)."""
+    index = np.full(size, batch, np.int32)
     index[: len(rows)] = rows
     return index
 
@@ -93,10 +104,12 @@ def place_rows(config: ModelConfig, params: Params, state: SamplerState, source:
         state = grow(state, source.capacity)
     elif source.capacity < state.capacity:
         source = grow(source, state.capacity)
-    index, mesh = _sub_batch(rows, state.batch_size), mesh_of(state)
+    size = sub_batch_bucket(len(rows), min(state.batch_size, source.batch_size))
+    index, mesh = _sub_batch(rows, state.batch_size, size), mesh_of(state)
     cut = np.ones(len(index), np.int32)
     cut[: len(rows)] = wanted
-    return _place(config, mesh, params, state, source, put_replicated(_sub_batch(source_rows, source.batch_size), mesh),
+    return _place(config, mesh, params, state, source,
+                  put_replicated(_sub_batch(source_rows, source.batch_size, size), mesh),
                   put_replicated(index, mesh), put_replicated(cut, mesh))
 
 
@@ -106,9 +119,9 @@ def copy_rows(target: SamplerState, source: SamplerState, source_rows: Sequence[
     Consumes `target`."""
     if source.capacity != target.capacity:
         raise ValueError(f"copy_rows needs equal capacities, got {source.capacity} and {target.capacity}")
-    mesh = mesh_of(target)
-    return _copy(mesh, target, source, put_replicated(_sub_batch(source_rows, source.batch_size), mesh),
-                 put_replicated(_sub_batch(rows, target.batch_size), mesh))
+    mesh, size = mesh_of(target), sub_batch_bucket(len(rows), min(target.batch_size, source.batch_size))
+    return _copy(mesh, target, source, put_replicated(_sub_batch(source_rows, source.batch_size, size), mesh),
+                 put_replicated(_sub_batch(rows, target.batch_size, size), mesh))
 
 
 def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: Sequence[int],
@@ -130,13 +143,16 @@ def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: 
                          f"{have.tolist()}")
     needed = int(max(w + len(t) for w, t in zip(wanted, new_tokens)))
     state = ensure_capacity(state, needed, ahead=needed + reserve)
-    index, mesh = _sub_batch(rows, state.batch_size), mesh_of(state)
+    index, mesh = _sub_batch(rows, state.batch_size, sub_batch_bucket(len(rows), state.batch_size)), mesh_of(state)
     longest = max(max(len(t) for t in new_tokens), 1)
     width = chunk_bucket(longest, max_chunk)
-    lengths = np.ones(len(index), np.int32)
-    lengths[: len(rows)] = wanted
-    recut = np.zeros(len(index), bool)
-    recut[: len(rows)] = wanted < have
+    if (wanted < have).any():  # only the rows cut back are recomputed
+        recut = [r for r, w, h in zip(rows, wanted, have) if w < h]
+        cut_index = _sub_batch(recut, state.batch_size, sub_batch_bucket(len(recut), state.batch_size))
+        lengths = np.ones(len(cut_index), np.int32)
+        lengths[: len(recut)] = wanted[wanted < have]
+        state = _rewind_rows(config, mesh, params, state, put_replicated(cut_index, mesh),
+                             put_replicated(lengths, mesh))
     for begin in range(0, longest, width):
         chunk = np.zeros((len(index), width), np.int32)
         mask = np.zeros((len(index), width), bool)
@@ -144,7 +160,5 @@ def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: 
             piece = toks[begin:begin + width]
             chunk[i, : len(piece)] = piece
             mask[i, : len(piece)] = True
-        state = _append_rows(config, mesh, params, state,
-                             *(put_replicated(x, mesh) for x in (index, lengths, recut, chunk, mask)))
-        recut = np.zeros_like(recut)  # cut once, before the first chunk (a new array: see put_replicated)
+        state = _append_rows(config, mesh, params, state, *(put_replicated(x, mesh) for x in (index, chunk, mask)))
     return state
