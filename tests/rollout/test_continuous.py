@@ -61,7 +61,7 @@ def synchronous(tiny_setup):
 
 
 @pytest.mark.parametrize("batching", [pytest.param(Batching(chunk=3, slots=4, overlap_tools=True), marks=pytest.mark.slow),
-                                      Batching(chunk=3, slots=4), Batching()],
+                                      pytest.param(Batching(chunk=3, slots=4), marks=pytest.mark.slow), Batching()],
                          ids=["tools-overlap-decode", "tools-between-chunks", "whole-turns"])
 def test_the_scheduler_samples_the_synchronous_loops_trajectories(tiny_setup, synchronous, batching):
     """Same row ids and per-turn token positions: with the same seed both loops draw the same tokens.
