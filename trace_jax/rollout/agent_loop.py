@@ -7,8 +7,9 @@ re-prefilled), decode, step the environments (parsing and tool calls on the host
 prefill the observations, per slot. This file owns the pieces the scheduler runs per slot (`step_envs`,
 `row_ids`, `count_*`) and the `PrefixTable` that says where each anchor's prefix lives; trees hold data only.
 Every token generated or prefilled and every tool call goes into the step's `Ledger`; every error observation
-(malformed action, tool error), the split over processes and the slot use into its `RolloutCounters`. The turn-synchronous loop this replaced survives as the
-test reference the scheduler must match token for token (`tests/rollout/sync_reference.py`).
+(malformed action, tool error), the split over processes and the slot use into its `RolloutCounters`. The
+turn-synchronous loop this replaced survives as the test reference the scheduler must match token for token
+(`tests/rollout/sync_reference.py`).
 """
 
 from __future__ import annotations

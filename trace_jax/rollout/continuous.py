@@ -227,9 +227,11 @@ def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, 
     turn boundaries anchored in the slot table (state `final`), slots of finished episodes freed."""
     p = engine.policy
     observations, boundaries, dropped = stepped
-    lengths = _host_lengths(state)
     rows = [ended.slots[i] for i in boundaries]
-    cut = [int(lengths[ended.slots[i]]) - dropped.get(i, 0) for i in boundaries]
+    cut = None
+    if any(dropped.get(i) for i in boundaries):  # a turn stopped at a stop string (rare): read the lengths then
+        lengths = _host_lengths(state)
+        cut = [int(lengths[ended.slots[i]]) - dropped[i] if dropped.get(i) else None for i in boundaries]
     state = extend_rows(p.config, p.params, state, rows, [observations[i] for i in boundaries], cut=cut,
                         reserve=p.sampling.max_new_tokens)
     hidden, lengths = to_host((state.hidden, state.cache.lengths))
