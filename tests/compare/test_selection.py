@@ -1,8 +1,10 @@
 """The decisive comparison's pre-registered step-size selection (compare/selection.py), its phase-2 config
-and its endpoint script, on synthetic screens; the real stored-files path runs in tests/compare/test_runner.py."""
+and its endpoint script, on synthetic screens (the real stored-files path runs in tests/compare/test_runner.py); and the
+committed endpoint file against its committed report and the README's figures."""
 
 import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
@@ -129,3 +131,21 @@ def test_the_decisive_endpoint_script_writes_the_fields_the_issue_names(tmp_path
                                                               "runs": runs}))
     with pytest.raises(ValueError, match="no mean-of-k"):
         script.decisive(str(tmp_path))
+
+
+def test_the_committed_decisive_endpoint_is_its_reports_and_the_readme_quotes_it():
+    """`decisive/primary_endpoint.json` is what `primary_endpoint.py --decisive` makes of the committed report, and
+    the README's headline figures are its own (a stale file or README fails here)."""
+    script = experiment_scripts.load("primary_endpoint")
+    with open(os.path.join(script.DECISIVE, "primary_endpoint.json"), encoding="utf-8") as f:
+        committed = json.load(f)
+    assert committed == json.loads(json.dumps(script.decisive(os.path.join(script.DECISIVE, "confirm_math"))))
+    assert committed["seeds"] == 8 and committed["eval_tasks"] == 1000 and committed["endpoint"] == "sampled"
+    with open(os.path.join(os.path.dirname(os.path.dirname(script.RESULTS)), "README.md"), encoding="utf-8") as f:
+        readme = " ".join(f.read().replace("**", "").split())
+
+    def quoted(d: dict) -> str:
+        return f"{100 * d['diff']:+.2f} points [{100 * d['ci95'][0]:+.2f}, {100 * d['ci95'][1]:+.2f}]"
+
+    for d in (committed, committed["trace_vs_pcl"]):
+        assert quoted(d) in readme, quoted(d)
