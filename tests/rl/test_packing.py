@@ -164,9 +164,11 @@ def test_an_unknown_layout_is_refused_by_name():
         learner.LearnerConfig(layout="tree")
 
 
-def test_long_packed_rows_attend_in_causal_blocks_with_the_same_result(model, monkeypatch):
+@pytest.mark.parametrize("gradients", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_long_packed_rows_attend_in_causal_blocks_with_the_same_result(model, monkeypatch, gradients):
     """Rows over PACKED_ATTENTION_BLOCK tokens take the causal blocks (the mask built per block of queries,
-    each block over the keys up to its last query): the same log-probs, loss and gradients."""
+    each block over the keys up to its last query): the same log-probs as one block and as the per-path layout;
+    in the slow tier also the same loss and gradients (two more learner compilations)."""
     from trace_jax.models import transformer
 
     config, params = model
@@ -177,6 +179,8 @@ def test_long_packed_rows_attend_in_causal_blocks_with_the_same_result(model, mo
 
     def step():
         logp, _ = _per_token(model, packed, packed=True)
+        if not gradients:
+            return logp, None, None
         fresh = jax.jit(lambda p, b: learner._gradients(config, loss, p, b))  # traced anew: sees the patch
         grads, totals = fresh(params, jax.tree.map(jnp.asarray, packed))
         return logp, grads, float(totals["loss"])
@@ -188,6 +192,7 @@ def test_long_packed_rows_attend_in_causal_blocks_with_the_same_result(model, mo
     paths, _ = _per_token(model, learner.build_batch(trees, sequences, micro_batch=2), packed=False)
     np.testing.assert_allclose(blocked, whole, atol=1e-5)
     np.testing.assert_allclose(blocked, paths, atol=1e-5)
-    np.testing.assert_allclose(blocked_loss, whole_loss, rtol=1e-5, atol=1e-7)
-    for a, b in zip(jax.tree.leaves(blocked_grads), jax.tree.leaves(whole_grads)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+    if gradients:
+        np.testing.assert_allclose(blocked_loss, whole_loss, rtol=1e-5, atol=1e-7)
+        for a, b in zip(jax.tree.leaves(blocked_grads), jax.tree.leaves(whole_grads)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
