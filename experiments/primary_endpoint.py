@@ -6,8 +6,9 @@
 
 `--decisive`: the decisive comparison (experiments/results/decisive/PLAN.md): TRACE - GRPO final mean-of-8
 from `decisive/confirm_math/results_tokens.json`, with TRACE - PCL, the per-seed variance of the difference
-(PLAN: 12 seeds if it reaches 3 points^2) and the decision; writes `decisive/primary_endpoint.json`
-{diff, ci95, mdd, seeds, eval_tasks, endpoint, arms_settings, decision, ...}, its last line the same object.
+(PLAN: 12 seeds if it reaches 3 points^2), the decision, and each arm's final success and measured cost per
+step (from the runs' ledgers); writes `decisive/primary_endpoint.json` {diff, ci95, mdd, seeds, eval_tasks,
+endpoint, arms_settings, decision, arms, ...}, its last line the same object.
 
 Without it, the powered comparison's: the 3-task mean of TRACE - GRPO held-out success at equal
 generated tokens, from each task's `results_tokens.json` (`compare.py --config ...:powered`).
@@ -65,6 +66,25 @@ def endpoint(directories: list[str]) -> dict:
     return {"tasks": tasks, "mean": mean, "missing": missing}
 
 
+COST_PER_STEP = ("tokens_generated", "tokens_prefilled", "tool_calls")
+
+
+def arm_summaries(runs: list[dict]) -> dict:
+    """Per arm: mean final greedy and mean-of-k success over its seeds, and the [min, max] over its runs of each
+    run's measured cost per RL step (its ledger's totals over its steps)."""
+    by_arm: dict[str, list[dict]] = {}
+    for record in runs:
+        by_arm.setdefault(record["variant"], []).append(record)
+    out = {}
+    for arm, records in by_arm.items():
+        per_step = {k: [r["ledger"][k] / len(r["per_step"]["reward"]) for r in records] for k in COST_PER_STEP}
+        out[arm] = {"seeds": sorted(r["seed"] for r in records),
+                    "greedy": float(np.mean([r["final_accuracy"] for r in records])),
+                    "mean_of_k": float(np.mean([r["final_sampled"] for r in records])),
+                    "per_step": {k: [min(v), max(v)] for k, v in per_step.items()}}
+    return out
+
+
 def decisive(directory: str) -> dict:
     """The decisive comparison's primary endpoint from its grid's report (ValueError naming what is missing)."""
     path = os.path.join(directory, "results_tokens.json")
@@ -88,6 +108,7 @@ def decisive(directory: str) -> dict:
             "framing": primary["framing"], "trace_vs_pcl": primary.get("trace_vs_pcl"),
             "per_seed_diff_points": per_seed,
             "per_seed_variance_points2": float(np.var(per_seed, ddof=1)) if len(per_seed) > 1 else None,
+            "arms": arm_summaries(result["runs"]),
             "report": os.path.relpath(path, os.path.dirname(RESULTS))}
 
 
@@ -103,6 +124,10 @@ def main(argv):
         print(_line(f"TRACE - GRPO ({out['endpoint']})", out))
         if out["trace_vs_pcl"]:
             print(_line("TRACE - PCL", out["trace_vs_pcl"]))
+        for arm, a in out["arms"].items():
+            cost = ", ".join(f"{k} {lo:.1f}-{hi:.1f}" for k, (lo, hi) in a["per_step"].items())
+            print(f"{arm}: mean-of-k {a['mean_of_k']:.3f}, greedy {a['greedy']:.3f} over seeds {a['seeds']}; "
+                  f"per step {cost}")
         variance = out["per_seed_variance_points2"]
         if variance is not None and variance >= SEED_VARIANCE_FOR_12_SEEDS:
             print(f"per-seed variance {variance:.2f} points^2 >= {SEED_VARIANCE_FOR_12_SEEDS}: PLAN.md calls for 12 seeds")

@@ -120,13 +120,17 @@ def test_the_decisive_endpoint_script_writes_the_fields_the_issue_names(tmp_path
     primary = {"diff": 0.02, "ci95": [0.01, 0.03], "standard_error": 0.005, "mdd": 0.014, "seeds": 2,
                "eval_tasks": 1000, "decision": "gain", "endpoint": "sampled", "task": "math", "framing": "tokens",
                "arms_settings": {"trace": {"learner": {"learning_rate": 3e-4}}}, "trace_vs_pcl": None}
-    runs = [{"variant": v, "seed": s, "final_sampled": x}
+    runs = [{"variant": v, "seed": s, "final_sampled": x, "final_accuracy": x + 0.05, "per_step": {"reward": [0.5] * 4},
+             "ledger": {"tokens_generated": 400 + 4 * s, "tokens_prefilled": 200, "tool_calls": 8 * (s + 1)}}
             for v, s, x in (("grpo", 0, 0.10), ("grpo", 1, 0.12), ("trace", 0, 0.13), ("trace", 1, 0.13))]
     (tmp_path / "results_tokens.json").write_text(json.dumps({"primary_endpoint": primary, "runs": runs}))
     out = script.decisive(str(tmp_path))
     assert {"diff", "ci95", "mdd", "seeds", "eval_tasks", "endpoint", "arms_settings", "decision"} <= set(out)
     assert out["per_seed_diff_points"] == pytest.approx([3.0, 1.0])
     assert out["per_seed_variance_points2"] == pytest.approx(2.0)
+    assert out["arms"]["grpo"]["mean_of_k"] == pytest.approx(0.11) and out["arms"]["trace"]["greedy"] == pytest.approx(0.18)
+    assert out["arms"]["grpo"]["per_step"] == {"tokens_generated": [100.0, 101.0], "tokens_prefilled": [50.0, 50.0],
+                                               "tool_calls": [2.0, 4.0]}
     (tmp_path / "results_tokens.json").write_text(json.dumps({"primary_endpoint": {**primary, "endpoint": "greedy"},
                                                               "runs": runs}))
     with pytest.raises(ValueError, match="no mean-of-k"):
