@@ -43,11 +43,6 @@ DECISIVE = os.path.join(RESULTS, "decisive")
 SEED_VARIANCE_FOR_12_SEEDS = 3.0  # points^2 (PLAN.md, phase 2)
 
 
-def _difference(d: dict) -> PairedDifference:
-    return PairedDifference(diff=d["diff"], ci95=tuple(d["ci95"]), standard_error=d["standard_error"], mdd=d["mdd"],
-                            seeds=d["seeds"], tasks=d["eval_tasks"])
-
-
 def endpoint(directories: list[str]) -> dict:
     tasks, missing = {}, []
     for directory in directories:
@@ -62,7 +57,8 @@ def endpoint(directories: list[str]) -> dict:
             missing.append(f"{directory}: no paired TRACE - GRPO outcomes yet")
             continue
         tasks[primary["task"]] = primary
-    mean = mean_over_arms([_difference(d) for d in tasks.values()]).to_json() if tasks else None
+    # the powered comparison fixed no equivalence margin before its runs: gain, loss or inconclusive only
+    mean = mean_over_arms([PairedDifference.from_json(d) for d in tasks.values()]).to_json(0.0) if tasks else None
     return {"tasks": tasks, "mean": mean, "missing": missing}
 
 
@@ -103,7 +99,7 @@ def decisive(directory: str) -> dict:
     seeds = sorted(set(final.get("trace", {})) & set(final.get("grpo", {})))
     per_seed = [100 * (final["trace"][s] - final["grpo"][s]) for s in seeds]
     return {**{k: primary[k] for k in ("diff", "ci95", "standard_error", "mdd", "seeds", "eval_tasks", "endpoint",
-                                       "arms_settings", "decision")},
+                                       "arms_settings", "margin", "decision", "two_way")},
             "hypothesis": "TRACE - GRPO > 0 (H1); TRACE - PCL > 0 (H2)", "task": primary["task"],
             "framing": primary["framing"], "trace_vs_pcl": primary.get("trace_vs_pcl"),
             "per_seed_diff_points": per_seed,
@@ -113,8 +109,15 @@ def decisive(directory: str) -> dict:
 
 
 def _line(name: str, d: dict) -> str:
-    return (f"{name}: {100 * d['diff']:+.2f} points [{100 * d['ci95'][0]:+.2f}, {100 * d['ci95'][1]:+.2f}], "
-            f"MDD {100 * d['mdd']:.2f}, {d['seeds']} seeds x {d['eval_tasks']} tasks: {d['decision']}")
+    """The bootstrap's interval and decision, then the analytic two-way one's, under the plan's fixed margin."""
+    line = (f"{name}: {100 * d['diff']:+.2f} points [{100 * d['ci95'][0]:+.2f}, {100 * d['ci95'][1]:+.2f}] "
+            f"(crossed bootstrap), MDD {100 * d['mdd']:.2f}, {d['seeds']} seeds x {d['eval_tasks']} tasks, "
+            f"margin +/-{100 * d.get('margin', 0.0):.2f}: {d['decision']}")
+    two_way = d.get("two_way")
+    if two_way:
+        line += (f"; two-way [{100 * two_way['ci95'][0]:+.2f}, {100 * two_way['ci95'][1]:+.2f}] "
+                 f"(SE {100 * two_way['standard_error']:.2f}, t with {two_way['df']} df): {two_way['decision']}")
+    return line
 
 
 def main(argv):

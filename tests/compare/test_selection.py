@@ -118,14 +118,14 @@ def test_the_decisive_endpoint_script_writes_the_fields_the_issue_names(tmp_path
     with pytest.raises(ValueError, match="results_tokens.json not found"):
         script.decisive(str(tmp_path))
     primary = {"diff": 0.02, "ci95": [0.01, 0.03], "standard_error": 0.005, "mdd": 0.014, "seeds": 2,
-               "eval_tasks": 1000, "decision": "gain", "endpoint": "sampled", "task": "math", "framing": "tokens",
+               "eval_tasks": 1000, "margin": 0.0063, "decision": "gain", "two_way": None, "endpoint": "sampled", "task": "math", "framing": "tokens",
                "arms_settings": {"trace": {"learner": {"learning_rate": 3e-4}}}, "trace_vs_pcl": None}
     runs = [{"variant": v, "seed": s, "final_sampled": x, "final_accuracy": x + 0.05, "per_step": {"reward": [0.5] * 4},
              "ledger": {"tokens_generated": 400 + 4 * s, "tokens_prefilled": 200, "tool_calls": 8 * (s + 1)}}
             for v, s, x in (("grpo", 0, 0.10), ("grpo", 1, 0.12), ("trace", 0, 0.13), ("trace", 1, 0.13))]
     (tmp_path / "results_tokens.json").write_text(json.dumps({"primary_endpoint": primary, "runs": runs}))
     out = script.decisive(str(tmp_path))
-    assert {"diff", "ci95", "mdd", "seeds", "eval_tasks", "endpoint", "arms_settings", "decision"} <= set(out)
+    assert {"diff", "ci95", "mdd", "seeds", "eval_tasks", "endpoint", "arms_settings", "margin", "decision"} <= set(out)
     assert out["per_seed_diff_points"] == pytest.approx([3.0, 1.0])
     assert out["per_seed_variance_points2"] == pytest.approx(2.0)
     assert out["arms"]["grpo"]["mean_of_k"] == pytest.approx(0.11) and out["arms"]["trace"]["greedy"] == pytest.approx(0.18)
@@ -153,3 +153,33 @@ def test_the_committed_decisive_endpoint_is_its_reports_and_the_readme_quotes_it
 
     for d in (committed, committed["trace_vs_pcl"]):
         assert quoted(d) in readme, quoted(d)
+
+
+def test_the_report_calls_equivalence_only_inside_the_configured_margin():
+    """An interval near 0 is "equivalent" under a margin the config fixes, "inconclusive" under none (0, the
+    default): the realized MDD is never the margin."""
+    rng = np.random.default_rng(1)
+    grpo = {s: rng.random(400) for s in range(4)}
+    trace = {s: np.clip(o + rng.normal(0, 0.01, 400), 0, 1) for s, o in grpo.items()}
+    outcomes = {"greedy": {"grpo": grpo, "trace": trace}, "sampled": {"grpo": grpo, "trace": trace}}
+    base_run = from_config_dict(grid.split_config(compare_multihop.get_config())[1])
+    decisions = {}
+    for margin in (0.0, 0.05):
+        compare = grid.CompareSection(allocators=("grpo", "trace"), endpoint="sampled", equivalence_margin=margin)
+        paired = {kind: report.paired_vs("grpo", v, margin=margin, seed=0) for kind, v in outcomes.items()}
+        primary = report_files.primary_endpoint(compare, paired, outcomes, base_run, "")
+        assert primary["margin"] == margin and primary["two_way"]["df"] == 3
+        decisions[margin] = (primary["decision"], primary["two_way"]["decision"])
+    assert decisions == {0.0: ("inconclusive", "inconclusive"), 0.05: ("equivalent", "equivalent")}
+    for bad in (-0.1, 1.5, "0.6"):
+        with pytest.raises(ValueError, match="equivalence_margin"):
+            grid.CompareSection(equivalence_margin=bad)
+
+
+def test_the_decisive_config_fixes_the_plans_design_mdd_as_its_margin():
+    from configs import compare_math
+    plan = open(os.path.join(os.path.dirname(compare_math.__file__), "..", "experiments", "results", "decisive",
+                             "PLAN.md"), encoding="utf-8").read()
+    assert "**0.63 pts**" in plan  # the design's MDD at 8 x 1000, in the plan's table
+    assert compare_math.get_config("mixed,decisive").compare.equivalence_margin == pytest.approx(0.0063)
+    assert compare_math.get_config("mixed").compare.equivalence_margin == 0.0

@@ -101,6 +101,9 @@ class CompareSection:
         the engine's ledger (budget.unit="tokens").
       endpoint: the primary endpoint's outcome, TRACE - GRPO paired by seed and task after the last step:
         "greedy" (held-out success of greedy decoding) or "sampled" (the mean-of-k, eval.sample_k).
+      equivalence_margin: the margin (a success fraction, 0.0063 = 0.63 points) inside which a paired
+        difference's 95% interval is called "equivalent", fixed in the study's plan before its runs (e.g. the
+        design's MDD); 0 never calls equivalence (gain, loss or inconclusive only). Never the realized MDD.
       tokens: the per-step cost cap of the tokens framing; 0 measures it (`token_calibration` rollouts).
       token_calibration: uniform rollouts (GRPO's groups of M / B) on the SFT policy that measure the cap.
     """
@@ -123,6 +126,7 @@ class CompareSection:
     mechanism_rl_steps: int = 0
     unit: str = "rollouts"
     endpoint: str = "greedy"
+    equivalence_margin: float = 0.0
     tokens: int = 0
     token_calibration: int = 256
 
@@ -153,6 +157,9 @@ class CompareSection:
             raise ValueError(f"unit must be 'rollouts' or 'tokens', got {self.unit!r}")
         if self.endpoint not in ("greedy", "sampled"):
             raise ValueError(f"endpoint must be 'greedy' or 'sampled', got {self.endpoint!r}")
+        if not (isinstance(self.equivalence_margin, (int, float)) and 0 <= self.equivalence_margin < 1):
+            raise ValueError(f"equivalence_margin must be a success fraction in [0, 1) fixed in the plan (0: no "
+                             f"equivalence claim), got {self.equivalence_margin!r}")
         if self.tokens < 0 or self.token_calibration < 1:
             raise ValueError(f"need tokens >= 0 and token_calibration >= 1, got {self.tokens}, {self.token_calibration}")
         if self.mechanism_rl_steps < 0:

@@ -11,6 +11,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from trace_jax.rollout.tree import Ledger
+from trace_jax.run.evaluation import SUBSET_KEY
 from trace_jax.run.records import StepRecord
 
 
@@ -58,8 +59,11 @@ def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: l
               "tokens_processed": [r.ledger.tokens_generated + r.ledger.tokens_prefilled for r in steps],
               "tool_calls": [r.ledger.tool_calls for r in steps]}
     totals = {axis: np.cumsum(per_step).tolist() for axis, per_step in totals.items()}
-    evals = [(0, after_sft)] + [(s, by_step[s]["eval/accuracy"]) for s in sorted(by_step)
-                                if s > 0 and "eval/accuracy" in by_step[s]]
+    # with eval.intermediate_tasks the greedy curve is the fixed subset every evaluation scored
+    key = next((k for k in (SUBSET_KEY,) if any(f"eval/{k}" in line for line in by_step.values())), "accuracy")
+    start = after_sft if key == "accuracy" else (after_sft_sampled or {}).get(key, after_sft)
+    evals = [(0, start)] + [(s, by_step[s][f"eval/{key}"]) for s in sorted(by_step)
+                            if s > 0 and f"eval/{key}" in by_step[s]]
     mean_key = next((k for k in (after_sft_sampled or {}) if k.startswith("mean@") and "/" not in k), None)
     sampled = [(0, after_sft_sampled[mean_key])] + [(s, by_step[s][f"eval/{mean_key}"]) for s in sorted(by_step)
                                                     if s > 0 and f"eval/{mean_key}" in by_step[s]] if mean_key else []
@@ -76,7 +80,8 @@ def run_record(variant: str, seed: int, steps: list[StepRecord], metric_lines: l
         "effective_ratio": float(np.mean(per_step["effective_ratio"])),
         "useful_rollout_share": float(np.mean(per_step["useful_rollout_share"])),
         "tokens_generated": int(ledger.tokens_generated), "ledger": dataclasses.asdict(ledger),
-        "wall_s": summary.get("wall_s"),
+        "wall_s": summary.get("wall_s"), "eval_s": summary.get("eval_s"), "compile_s": summary.get("compile_s"),
+        "rl_s": float(sum(r.timings.step_s for r in steps if r.timings)),
         "eval": curve(evals), **({"eval_sampled": curve(sampled)} if len(sampled) > 2 else {}),
         "per_step": per_step,
     }
@@ -150,10 +155,12 @@ def aggregate(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
-def paired_vs(reference: str, outcomes: dict[str, dict[int, np.ndarray]], *, seed: int = 0) -> dict[str, dict]:
+def paired_vs(reference: str, outcomes: dict[str, dict[int, np.ndarray]], *, margin: float = 0.0,
+              seed: int = 0) -> dict[str, dict]:
     """Every variant minus `reference` on per-task outcomes paired by seed and task, over the seeds both
-    have (the primary arms may have run more seeds than the others): {variant: PairedDifference JSON}
-    (`outcomes`: variant -> seed -> per-task success). Variants sharing no seed are left out."""
+    have (the primary arms may have run more seeds than the others): {variant: PairedDifference JSON, its
+    decisions under the equivalence `margin` fixed in advance (0: none claimed)} (`outcomes`: variant -> seed
+    -> per-task success). Variants sharing no seed are left out."""
     from trace_jax.compare.paired import paired_bootstrap
 
     if reference not in outcomes:
@@ -165,17 +172,17 @@ def paired_vs(reference: str, outcomes: dict[str, dict[int, np.ndarray]], *, see
             continue
         a = np.stack([by_seed[s] for s in seeds])
         b = np.stack([outcomes[reference][s] for s in seeds])
-        out[variant] = paired_bootstrap(a, b, seed=seed).to_json()
+        out[variant] = paired_bootstrap(a, b, seed=seed).to_json(margin)
     return out
 
 
 def paired_by_level(reference: str, outcomes: dict[str, dict[int, np.ndarray]], levels: np.ndarray, *,
-                    seed: int = 0) -> dict[str, dict[str, dict]]:
+                    margin: float = 0.0, seed: int = 0) -> dict[str, dict[str, dict]]:
     """`paired_vs` on each difficulty level's tasks alone: {level: {variant: PairedDifference JSON}} (`levels`:
     the per-task difficulty, in the outcomes' task order). Where the gain is made, not only whether."""
     levels = np.asarray(levels)
     return {str(int(level)): paired_vs(reference, {v: {s: o[levels == level] for s, o in by_seed.items()}
-                                                   for v, by_seed in outcomes.items()}, seed=seed)
+                                                   for v, by_seed in outcomes.items()}, margin=margin, seed=seed)
             for level in np.unique(levels)}
 
 
@@ -197,20 +204,28 @@ def paired_level_markdown(by_level: dict[str, dict[str, dict[str, dict]]], refer
 
 
 def paired_markdown(paired: dict[str, dict[str, dict]], reference: str = "grpo") -> str:
-    """Each variant minus the reference on the same seeds and tasks (`paired_vs` per outcome kind)."""
+    """Each variant minus the reference on the same seeds and tasks (`paired_vs` per outcome kind), with the
+    decision under the crossed bootstrap and under the analytic two-way interval."""
     def cell(d):
         if d is None:
-            return "n/a | | "
+            return "n/a | | | "
+        two_way = d.get("two_way")
+        decided = d.get("decision", "") + (f" / {two_way['decision']}" if two_way else "")
         return (f"{100 * d['diff']:+.1f} [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}] | "
-                f"{100 * d['mdd']:.1f} | {d['seeds']} x {d['eval_tasks']}")
+                f"{100 * d['mdd']:.1f} | {d['seeds']} x {d['eval_tasks']} | {decided}")
     variants = list(dict.fromkeys(v for kind in paired.values() for v in kind))
+    margins = {d.get("margin", 0.0) for kind in paired.values() for d in kind.values()}
     lines = [f"## Paired differences to {reference} (points; same seeds and tasks)", "",
-             "| allocator | greedy: diff [95% CI] | MDD (80% power) | seeds x tasks | mean-of-k: diff [95% CI] | "
-             "MDD | seeds x tasks |", "|---|---|---|---|---|---|---|"]
+             "| allocator | greedy: diff [95% CI] | MDD (80% power) | seeds x tasks | decision (bootstrap / two-way) "
+             "| mean-of-k: diff [95% CI] | MDD | seeds x tasks | decision |", "|---|---|---|---|---|---|---|---|---|"]
     for v in variants:
         lines.append(f"| {v} | {cell(paired.get('greedy', {}).get(v))} | {cell(paired.get('sampled', {}).get(v))} |")
-    lines += ["", "Two-level paired bootstrap over seeds and tasks (`compare/paired.py`); MDD: the smallest true "
-              "difference this design detects with 80% power at two-sided alpha 0.05."]
+    margin = ", ".join(f"+/-{100 * m:.2f} points" for m in sorted(margins)) if any(margins) else "none fixed"
+    lines += ["", "Crossed seed x task bootstrap (`compare/paired.py`); two-way: the analytic seed x task "
+              "random-effects interval, t with the seeds' degrees of freedom. MDD: the smallest true difference "
+              "this design detects with 80% power at two-sided alpha 0.05, a description, never the decision's "
+              f"margin. Equivalence margin fixed in the plan: {margin} (none: a decision is gain, loss or "
+              "inconclusive)."]
     return "\n".join(lines) + "\n"
 
 

@@ -42,7 +42,8 @@ def primary_endpoint(compare: grid.CompareSection, paired: dict[str, dict], outc
     primary = paired[compare.endpoint].get("trace")
     if primary is None:
         return None
-    versus_pcl = report.paired_vs("pcl", outcomes[compare.endpoint], seed=base_run.seed).get("trace")
+    versus_pcl = report.paired_vs("pcl", outcomes[compare.endpoint], margin=compare.equivalence_margin,
+                                  seed=base_run.seed).get("trace")
     return {**primary, "endpoint": compare.endpoint, "framing": framing_text, "task": base_run.task.source,
             "arms_settings": {arm: compare.arm_settings.get(arm, {}) for arm in compare.allocators},
             "trace_vs_pcl": versus_pcl}
@@ -55,8 +56,10 @@ def write(workdir: str, compare: grid.CompareSection, base_run: schema.RunConfig
     setup, after_sft, predictor_study = start.setup, start.after_sft, start.predictor_study
     summary = report.aggregate(records)
     reference = next(iter(summary)) if compare.ablation else "grpo"
-    paired = {kind: report.paired_vs("grpo", by_variant, seed=base_run.seed) for kind, by_variant in outcomes.items()}
-    paired_levels = {kind: report.paired_by_level("grpo", by_variant, levels[kind], seed=base_run.seed)
+    margin = compare.equivalence_margin
+    paired = {kind: report.paired_vs("grpo", by_variant, margin=margin, seed=base_run.seed)
+              for kind, by_variant in outcomes.items()}
+    paired_levels = {kind: report.paired_by_level("grpo", by_variant, levels[kind], margin=margin, seed=base_run.seed)
                      for kind, by_variant in outcomes.items() if kind in levels}
     cost_curves = curves.curves(records, reference=reference)
     sampled_curves = curves.curves(records, reference=reference, key="eval_sampled")

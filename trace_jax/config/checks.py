@@ -68,6 +68,7 @@ FIELD_RANGES: dict[str, Range | tuple[str, ...]] = {
     "loss.clip_low": Range(0, 1, high_open=True), "loss.clip_high": _AT_LEAST_0, "loss.kl_coef": _AT_LEAST_0,
     "eval.num_tasks": _AT_LEAST_0, "eval.pass_k": _AT_LEAST_0, "eval.sample_k": _AT_LEAST_0,
     "eval.sample_tasks": _AT_LEAST_0, "eval.sample_every": _AT_LEAST_0,
+    "eval.intermediate_tasks": _AT_LEAST_0,
     "checkpoint.every": _AT_LEAST_1, "checkpoint.keep": _AT_LEAST_1,
     "mesh.data": _AT_LEAST_1, "mesh.fsdp": _AT_LEAST_1, "mesh.tensor": _AT_LEAST_1,
 }
@@ -150,6 +151,9 @@ def check_consistency(run: RunConfig) -> None:
     if run.eval.sample_every and not run.eval.sample_k:
         raise ConfigError(f"config field 'eval.sample_every'={run.eval.sample_every} needs 'eval.sample_k' > 0 (the k "
                           "of the mean-of-k it measures)")
+    if run.eval.num_tasks and run.eval.intermediate_tasks > run.eval.num_tasks:
+        raise ConfigError(f"config field 'eval.intermediate_tasks'={run.eval.intermediate_tasks} exceeds "
+                          f"'eval.num_tasks'={run.eval.num_tasks}: the intermediate subset is a part of the evaluated tasks")
     if run.eval.split not in EVAL_SETS:
         raise ConfigError(f"config field 'eval.split': unknown eval set {run.eval.split!r}; known {list(EVAL_SETS)}")
     if run.eval.split == SEPARATE and not run.eval.num_tasks:

@@ -110,6 +110,9 @@ class EvalSection:
       sample_tasks: the first this many evaluated tasks get the mean-of-k.
       sample_every: RL steps between intermediate evaluations that also measure the mean-of-k (0: only the
         final one does), so a learning curve of sampled success exists beside the greedy one.
+      intermediate_tasks: the greedy evaluations between the first and the last score only the first this many
+        evaluated tasks, a fixed subset (0: all of them); the start and the end score every task. An
+        intermediate evaluation that also measures the mean-of-k scores every task.
     """
 
     split: str = "test"
@@ -118,6 +121,7 @@ class EvalSection:
     sample_k: int = 0
     sample_tasks: int = 250
     sample_every: int = 0
+    intermediate_tasks: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -232,7 +236,8 @@ ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path":
                 "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": False, "sft.max_difficulty": 0,
                 "rl.keep_prefixes": True, "learner.remat": "dots", "learner.mini_batches": 1, "learner.epochs": 1,
                 "learner.split_trees": False, "learner.layout": "paths", "advantage.baseline": "all_leaves",
-                "allocator.prefix_cost": "tokens", "eval.sample_every": 0}
+                "allocator.prefix_cost": "tokens", "eval.sample_every": 0,
+                "eval.intermediate_tasks": 0}
 
 
 # The task section's fields before each source owned its config class (one union of every source's fields),

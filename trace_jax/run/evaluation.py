@@ -116,15 +116,23 @@ def read_outcomes(path: str) -> dict[str, TaskOutcomes]:
             for name, o in stored.items()}
 
 
+SUBSET_KEY = "accuracy/intermediate_subset"  # greedy accuracy on the first eval.intermediate_tasks tasks
 MEAN_OF_K_SEED = 20261203  # one seed for every run's mean-of-k: the same random numbers per task in every arm
 
 
-def held_out(setup: Setup, params, *, outcomes_path: str | None = None, sampled: bool = True) -> dict[str, float]:
+def held_out(setup: Setup, params, *, outcomes_path: str | None = None, sampled: bool = True,
+             intermediate: bool = False) -> dict[str, float]:
     """Greedy accuracy on the eval tasks (+ pass@k and mean-of-k when configured and `sampled`); with
-    `outcomes_path`, the per-task outcomes behind them are written there (`evaluation.read_outcomes`)."""
+    `outcomes_path`, the per-task outcomes behind them are written there (`evaluation.read_outcomes`).
+    `intermediate` (an evaluation between the first and the last, measuring no mean-of-k): greedy on the
+    first `eval.intermediate_tasks` tasks only, when set."""
     run, policy, groups = setup.run, setup.policy(params), setup.eval_groups
-    greedy = grouped_outcomes(policy, groups, greedy=True)
+    subset = run.eval.intermediate_tasks if intermediate and not sampled else 0
+    greedy = grouped_outcomes(policy, groups, greedy=True, limit=subset)
     out = accuracy(greedy)
+    if run.eval.intermediate_tasks:  # the greedy curve's own key: the same fixed subset at every evaluation
+        out[SUBSET_KEY] = accuracy(dataclasses.replace(greedy, successes=greedy.successes[:run.eval.intermediate_tasks],
+                                                       task_ids=(), difficulty=()))["accuracy"]
     outcomes = {"greedy": greedy}
     if run.eval.pass_k and sampled:
         out.update(accuracy(grouped_outcomes(policy, groups, greedy=False, k=run.eval.pass_k, seed=run.seed),

@@ -24,6 +24,7 @@ from trace_jax.rl import learner, updates
 from trace_jax.rl.advantages import estimate, nonzero_advantage_token_share
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import contrast_statistics, step_statistics
+from trace_jax.run import compile_clock
 from trace_jax.run.checkpointing import Checkpointer, require_checkpoint_dir
 from trace_jax.run.evaluation import held_out
 from trace_jax.run.experiment import Setup, banner, build, derive_seed, log, train_tasks
@@ -142,7 +143,7 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
 
     `after_sft`: the held-out result of the SFT checkpoint when the caller already measured it (a
     comparison sharing one SFT checkpoint across runs); it is then not re-evaluated."""
-    t0 = time.time()
+    t0, compile_before, eval_s = time.time(), compile_clock.seconds(), 0.0
     banner("setup")
     setup = build(config, workdir)
     run = setup.run
@@ -198,10 +199,13 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
             last = step == run.rl.steps
             sampled = bool(run.eval.sample_every) and step % run.eval.sample_every == 0
             if (sampled or run.rl.eval_every and step % run.rl.eval_every == 0) and not last:
-                # before the checkpoint: a run killed in between redoes this evaluation on resume (greedy; the
-                # mean-of-k too every eval.sample_every steps, else only after the last step)
+                # before the checkpoint: a run killed in between redoes this evaluation on resume (greedy, on
+                # eval.intermediate_tasks when set; the mean-of-k too every eval.sample_every steps, else only
+                # after the last step)
+                began = time.time()
                 writer.write(step, held_out(setup, params, outcomes_path=_outcomes_path(workdir, step),
-                                            sampled=sampled), prefix="eval/")
+                                            sampled=sampled, intermediate=True), prefix="eval/")
+                eval_s += time.time() - began
             if step % run.checkpoint.every == 0 or last or stop.stop:
                 kept = allocator.state()
                 saved = CheckpointRecord(step=step, data_position=position, after_sft=after_sft,
@@ -214,7 +218,9 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
         stop.restore()
 
     banner("evaluate after RL")
+    began = time.time()
     after_rl = held_out(setup, params, outcomes_path=_outcomes_path(workdir, run.rl.steps))
+    eval_s += time.time() - began
     log(f"held-out after RL: {after_rl}")
     writer.write(run.rl.steps, after_rl, prefix="eval/")
     learner.require_finite_params(params, "the params to export")
@@ -227,7 +233,10 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
             "effective_ratio": float(np.mean([r.trees.effective_ratio for r in history])) if history else None,
             "rollouts_by_process": _by_process([r.rollouts_by_process for r in history]),
             "turns_by_process": _by_process([r.turns_by_process for r in history]),
-            "wall_s": round(time.time() - t0, 1)}
+            "wall_s": round(time.time() - t0, 1),
+            # this invocation's share (a resumed run's earlier invocations are not in them): evaluation after RL
+            # began (the SFT start's is the caller's when shared), and compiling (`compile_clock`)
+            "eval_s": round(eval_s, 1), "compile_s": round(compile_clock.seconds() - compile_before, 1)}
 
 
 def _by_process(counts) -> list[int] | None:
