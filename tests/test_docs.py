@@ -10,9 +10,10 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ([os.path.join(REPO, "README.md"), os.path.join(REPO, "experiments", "results", "README.md")]
-        + sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))))
+        + sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))) + sorted(glob.glob(os.path.join(REPO, "studies", "*", "*.md"))))
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-COMMAND = re.compile(r"python (experiments/[\w/]+\.py)((?:[^\n`|]*?--config[ =](configs/\w+\.py)(?::([\w,=./-]+))?)?)")
+COMMAND = re.compile(r"python ((?:experiments|studies/\w+)/[\w/]+\.py)"
+                     r"((?:[^\n`|]*?--config[ =]((?:configs|studies/\w+)/\w+\.py)(?::([\w,=./-]+))?)?)")
 
 
 def _slug(heading: str) -> str:

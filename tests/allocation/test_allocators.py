@@ -164,6 +164,14 @@ def test_trace_modes_spend_exactly_the_budget_and_log_what_they_did(tiny_setup, 
         assert outcome.holdout_calibration is None or outcome.holdout_calibration.n <= config.holdout
     branched = [n for t in outcome.trees for n in t.nodes[1:] if n.origin != 0]
     assert branched or config.prefixes == "uniform"  # continuations from turn prefixes were bought
+    # every stage-2 anchor is recorded with its tree, depth, prediction and outcome, labelled by how it was picked
+    want = {"holdout"} if config.holdout else set()
+    want |= {"random" if config.prefixes == "uniform" else "chosen"} if branched else set()
+    assert {p.picked for p in outcome.prefix_outcomes} <= want | {"holdout"}
+    assert sum(p.picked == "holdout" for p in outcome.prefix_outcomes) == len(outcome.holdout_pairs)
+    for p in outcome.prefix_outcomes:
+        tree = outcome.trees[p.tree]
+        assert 1 <= p.depth <= max(n.depth for n in tree.nodes) and 0 < p.prediction < 1 and 0 <= p.outcome <= 1
 
 
 def test_local_stage2_spends_each_prompts_budget_on_its_own_prefixes(tiny_setup):

@@ -154,3 +154,18 @@ def test_a_sweep_runs_every_arm_at_every_setting_and_arm_settings_tune_each_arm_
     compare, base = grid.split_config(config)
     with pytest.raises(ConfigError, match="'trace'.*learning_rte"):
         grid.validate(base, compare)
+
+
+def test_a_study_names_its_own_arms_and_gets_exactly_them():
+    arms = {"stage1_only": {"allocator": {"name": "trace", "prefixes": "none"}},
+            "trace": {"allocator": {"name": "trace", "prefix_budget": "local", "prefix_cost": "rollouts"}}}
+    compare = grid.CompareSection(allocators=("grpo", "stage1_only", "trace"), arms=arms)
+    got = {v.name: v.overrides for v in grid.variants(compare)}
+    assert got["stage1_only"] == {"allocator.name": "trace", "allocator.prefixes": "none"}
+    assert got["trace"]["allocator.prefix_cost"] == "rollouts" and "allocator.holdout" not in got["trace"]
+    base = grid.split_config(compare_multihop.get_config())[1]
+    assert [n for n, _ in grid.mechanism_variants(base, compare)] == ["grpo", "stage1_only", "trace"]
+    with pytest.raises(ValueError, match="stage_one"):
+        grid.CompareSection(allocators=("stage_one",), arms=arms)
+    with pytest.raises(ValueError, match="arms.stage1_only"):
+        grid.CompareSection(allocators=("stage1_only",), arms={"stage1_only": {"allocator": "trace"}})

@@ -206,6 +206,30 @@ def test_the_mechanism_study_measures_every_variant_and_resumes(compared, monkey
     assert run_comparison(c, workdir, study="mechanism") == head
 
 
+def test_a_study_defines_its_own_arms_and_the_mechanism_study_scores_prefixes_within_a_prompt(compared):
+    """compare.arms: TRACE with its prefixes off and with random prefixes, named by the study; the mechanism
+    study runs exactly them and reports the within-prompt AUC on random anchors and where branches landed."""
+    workdir, _ = compared
+    c = _config()
+    c.compare.mechanism_steps, c.compare.mechanism_reference, c.compare.mechanism_group = 3, 16, 4
+    c.compare.mechanism_holdout = 2
+    c.compare.arms = {"stage1_only": {"allocator": {"name": "trace", "prefixes": "none"}},
+                      "trace_uniform_prefixes": {"allocator": {"name": "trace", "prefixes": "uniform"}}}
+    c.compare.allocators = ("grpo", "stage1_only", "trace_uniform_prefixes")
+    head = run_comparison(c, workdir, study="mechanism")
+    assert list(head["gradient_cosine"]) == ["grpo", "stage1_only", "trace_uniform_prefixes"]
+    with open(os.path.join(workdir, "mechanism.json")) as f:
+        variants = json.load(f)["variants"]
+    stage1, uniform = variants["stage1_only"], variants["trace_uniform_prefixes"]
+    assert stage1["branch_leaves_by_depth"] == [] and stage1["within_prompt_auc"]["pairs"] == 0
+    assert sum(uniform["branch_leaves_by_depth"]) > 0 and sum(uniform["anchors_by_depth"]) > 0
+    w = uniform["within_prompt_auc"]
+    assert w["pairs"] == 0 or 0 <= w["auc"] <= 1
+    c.compare.allocators = ("grpo", "stage_one")
+    with pytest.raises(Exception, match="stage_one"):
+        run_comparison(c, workdir, study="mechanism")
+
+
 def test_equal_tokens_framing_measures_the_cap_and_audits_every_variant_against_it(compared):
     """compare.unit="tokens": the cap is what GRPO's M rollouts cost on the SFT policy (measured once,
     cached), every variant re-plans M from measured cost, and its running total is audited."""

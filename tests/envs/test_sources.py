@@ -73,3 +73,19 @@ def test_sources_are_built_from_their_config_alone():
     assert len(tasks(capped)) == 200
     with pytest.raises(ValueError, match="max_calls must be >= 0"):
         build("funcall", num_questions=10, max_difficulty=-1)
+
+
+def test_the_multihop_world_scales_its_entities_and_refuses_a_bad_scale():
+    """task.world_scale multiplies every entity kind (a test split large enough for a >= 2000-task endpoint needs
+    about 5x); scale 1 is the default world, left out of the settings stored runs were hashed under."""
+    small, large = build("multihop", num_questions=40), build("multihop", num_questions=40, world_scale=3)
+    for kind, names in small.world.originals.items():
+        assert len(large.world.originals[kind]) == 3 * len(names)
+    c = default_config()
+    c.task.world_scale = 3
+    assert schema.settings(from_config_dict(c), ("task",))["task.world_scale"] == 3
+    for bad in (0, 2.0, True, 51):
+        raw = default_config().to_dict()
+        raw["task"]["world_scale"] = bad
+        with pytest.raises(ConfigError, match="world_scale"):
+            from_config_dict(raw)

@@ -36,6 +36,20 @@ class AllocatorConfig:
     name: str = "trace"
 
 
+@dataclasses.dataclass(frozen=True)
+class PrefixOutcome:
+    """One stage-2 anchor of a step: `tree`, its index in the step's trees; `depth`, its turn boundary;
+    `prediction`, the shared predictor's success probability there; `outcome`, the mean success of the
+    continuations sampled from it; `picked`: "chosen" (by the chooser's value: biased toward
+    disagreement), "random" (the uniform chooser) or "holdout" (random, held out of the choice)."""
+
+    tree: int
+    depth: int
+    prediction: float
+    outcome: float
+    picked: str
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StepOutcome:
     """What one allocator step produced.
@@ -48,6 +62,8 @@ class StepOutcome:
         anchors are chosen where the prediction disagrees with the outcome seen).
       holdout_calibration: the predictor scored on random anchors held out from the choice (unbiased).
       holdout_pairs: those anchors' (prediction, outcome) pairs, for pooling over steps.
+      prefix_outcomes: every stage-2 anchor with its tree, depth, prediction and outcome (trace), so a
+        study can score the predictor within a prompt and see where branches land.
       root_counts: rollouts given to each chosen prompt at the root, when the allocator chose them.
       predictor_loss: the predictor's training loss after this step's update (trace).
       kappa: the prior strength of the posterior prefix chooser (trace, prefixes="posterior").
@@ -60,6 +76,7 @@ class StepOutcome:
     calibration: Calibration | None = None
     holdout_calibration: Calibration | None = None
     holdout_pairs: tuple[tuple[float, float], ...] = ()
+    prefix_outcomes: tuple[PrefixOutcome, ...] = ()
     root_counts: tuple[int, ...] | None = None
     predictor_loss: float | None = None
     kappa: float | None = None

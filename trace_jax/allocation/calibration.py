@@ -50,3 +50,30 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
     neg_group = np.add.reduceat(1 - sorted_labels, starts)
     neg_below = np.cumsum(neg_group) - neg_group
     return float(np.sum(pos_group * (neg_below + 0.5 * neg_group)) / (pos * neg))
+
+
+def within_group_auc(groups, scores, outcomes, *, samples: int = 1000, seed: int = 0) -> dict:
+    """How well `scores` rank outcomes *inside* each group (e.g. the prefixes of one prompt's tree), with the
+    prompt's own difficulty taken out: over every pair of one group whose outcomes differ, the share where
+    the higher score has the higher outcome (ties in score count 1/2). Returns {"auc", "ci95", "pairs",
+    "groups"}: ci95 from a bootstrap over groups (pairs of one group are not independent); auc None when no
+    group has a pair with different outcomes."""
+    groups, scores, outcomes = (np.asarray(x) for x in (groups, scores, outcomes))
+    per_group = []  # (concordant + ties / 2, discordant pairs) per group with any
+    for g in dict.fromkeys(groups.tolist()):
+        s, y = scores[groups == g], outcomes[groups == g]
+        i, j = np.triu_indices(len(s), 1)
+        differ = y[i] != y[j]
+        if not differ.any():
+            continue
+        i, j = i[differ], j[differ]
+        sign = np.sign(s[i] - s[j]) * np.sign(y[i] - y[j])
+        per_group.append((float(np.sum(sign > 0) + 0.5 * np.sum(sign == 0)), float(differ.sum())))
+    if not per_group:
+        return {"auc": None, "ci95": None, "pairs": 0, "groups": 0}
+    hits, pairs = np.array(per_group).T
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(hits), (samples, len(hits)))
+    boot = hits[draws].sum(1) / pairs[draws].sum(1)
+    return {"auc": float(hits.sum() / pairs.sum()), "ci95": [float(x) for x in np.percentile(boot, [2.5, 97.5])],
+            "pairs": int(pairs.sum()), "groups": len(hits)}

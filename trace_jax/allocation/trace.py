@@ -26,8 +26,8 @@ import dataclasses
 import numpy as np
 
 from trace_jax.allocation import solvers
-from trace_jax.allocation.base import (ALLOCATORS, AllocatorConfig, AllocatorState, PredictorAllocator, StepOutcome,
-                                      spend_leftover)
+from trace_jax.allocation.base import (ALLOCATORS, AllocatorConfig, AllocatorState, PredictorAllocator, PrefixOutcome,
+                                      StepOutcome, spend_leftover)
 from trace_jax.allocation.budget import BudgetConfig, spread
 from trace_jax.allocation.calibration import calibration
 from trace_jax.allocation.predictor import featurize
@@ -158,7 +158,7 @@ class TRACE(PredictorAllocator):
         # because of that prediction (not of leaves seen before it was made)
         chosen = [(float(v[i]), new_success(candidates[i], 0, [leaf for t, leaf in bare if t == i]))
                   for i in np.flatnonzero(m)]
-        held_out = self._holdout(engine, trees) if c.prefixes != "none" else []
+        held_out, anchored = self._holdout(engine, trees) if c.prefixes != "none" else ([], [])
         spent = float(m.sum() + len(held_out))
 
         def left() -> float:  # budget units still to spend; unit="tokens": measured, in this step's bare rollouts
@@ -168,29 +168,31 @@ class TRACE(PredictorAllocator):
 
         if c.prefixes != "none" and c.prefix_budget == "local":  # one round, every prompt on its own prefixes
             groups = [([i], max(x, 0.0)) for i, x in enumerate(_local_budgets(m[m > 0], c.branch_n, left()))]
-            units, pairs = self._expand_prefixes(engine, trees, groups)
+            units, pairs = self._expand_prefixes(engine, trees, groups, anchored)
             spent += units
             chosen += pairs
         elif c.prefixes != "none":
             for r in range(b.rounds):
                 if not branch_points(trees):
                     break
-                units, pairs = self._expand_prefixes(engine, trees, [(range(len(trees)), left() / (b.rounds - r))])
+                units, pairs = self._expand_prefixes(engine, trees, [(range(len(trees)), left() / (b.rounds - r))],
+                                                     anchored)
                 spent += units
                 chosen += pairs
         leftover = max(int(np.floor(left() + 1e-9)), 0)  # whole rollouts (cost 1 in either unit) to the roots
         spend_leftover(engine, trees, leftover)
         return StepOutcome(trees=trees, calibration=_calibration(chosen), holdout_calibration=_calibration(held_out),
-                           holdout_pairs=tuple(held_out), budget_spent=spent + leftover,
+                           holdout_pairs=tuple(held_out), prefix_outcomes=tuple(anchored), budget_spent=spent + leftover,
                            root_counts=tuple(int(k) for k in m[m > 0]), predictor_loss=self.predictor.update(trees),
                            kappa=self.kappa if c.prefixes == "posterior" else None)
 
-    def _holdout(self, engine, trees) -> list[tuple[float, float]]:
-        """One continuation from each of `holdout` uniformly random turn boundaries: (u, outcome)."""
+    def _holdout(self, engine, trees) -> tuple[list[tuple[float, float]], list[PrefixOutcome]]:
+        """One continuation from each of `holdout` uniformly random turn boundaries: (u, outcome) pairs and
+        their `PrefixOutcome`s."""
         points = branch_points(trees)
         picked = [points[i] for i in sorted(self.rng.permutation(len(points))[: self.config.holdout])]
         if not picked:
-            return []
+            return [], []
         u = self.predictor.predict(np.stack([featurize(trees[i], trees[i].nodes[j]) for i, j in picked]))
         below = []  # (successes, leaves) below each anchor before its held-out continuation
         for i, j in picked:
@@ -201,27 +203,33 @@ class TRACE(PredictorAllocator):
                  for p, (i, j) in zip(u, picked)]
         samples = [[p, s, n, y] for (p, y), (s, n) in zip(pairs, below)]
         self.noise_samples = (self.noise_samples + samples)[-NOISE_WINDOW:]
-        return pairs
+        return pairs, [PrefixOutcome(i, trees[i].nodes[j].depth, p, y, "holdout") for (p, y), (i, j) in zip(pairs, picked)]
 
-    def _expand_prefixes(self, engine, trees, groups) -> tuple[float, list[tuple[float, float]]]:
+    def _expand_prefixes(self, engine, trees, groups, anchored: list[PrefixOutcome]) -> tuple[float, list[tuple[float, float]]]:
         """One round of stage 2: each group (tree indices, budget) chooses among its own trees' prefixes;
-        all choices are sampled in one batch. Returns (budget units spent, (u, outcome) pairs)."""
+        all choices are sampled in one batch. Returns (budget units spent, (u, outcome) pairs of the chosen
+        anchors; the uniform chooser's predict nothing) and appends every anchor to `anchored`."""
         anchors, predictions, spent = [], [], 0.0
+        uniform = self.config.prefixes == "uniform"
         for which, budget in groups:
             which = list(which)
             subset = [trees[i] for i in which]
-            if self.config.prefixes == "uniform":
+            if uniform:
                 chosen = random_anchors(subset, self.rng, budget, self.budget.branch_k)
-                cost, u = float(sum(k for _, _, k in chosen)), [float("nan")] * len(chosen)
+                cost = float(sum(k for _, _, k in chosen))
+                # scored, not used: random anchors are where the predictor's within-prompt ranking is unbiased
+                u = [float(x) for x in self.predictor.predict(
+                    np.stack([featurize(subset[t], subset[t].nodes[j]) for t, j, _ in chosen]))] if chosen else []
             else:
                 chosen, u, cost = self._choose(subset, budget)
             anchors += [(which[t], j, k) for t, j, k in chosen]
             predictions += u
             spent += cost
         new = engine.expand(trees, anchors)
-        pairs = [(p, new_success(trees[i], j, [leaf for t, leaf in new if t == i]))
-                 for p, (i, j, _) in zip(predictions, anchors)]
-        return spent, [(p, o) for p, o in pairs if not np.isnan(p)]  # uniform choices predict nothing
+        outcomes = [new_success(trees[i], j, [leaf for t, leaf in new if t == i]) for i, j, _ in anchors]
+        anchored += [PrefixOutcome(i, trees[i].nodes[j].depth, p, o, "random" if uniform else "chosen")
+                     for p, o, (i, j, _) in zip(predictions, outcomes, anchors)]
+        return spent, [] if uniform else list(zip(predictions, outcomes))
 
     def _choose(self, trees: list[RolloutTree], budget: float) -> tuple[list[Anchor], list[float], float]:
         """Stage 2's choice over `trees`: anchors (tree index in `trees`, node, k), their u, the spend."""

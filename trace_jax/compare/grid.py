@@ -73,6 +73,9 @@ class CompareSection:
       sweep: {section: {field: values}}: every arm runs at every combination (a step-size screen); the
         variant is named "<arm> field=value ...".
       arm_settings: {arm: {section: {field: value}}}: an arm's own settings (each arm at its tuned step size).
+      arms: {name: {section: {field: value}}}: arms a study defines itself (e.g. TRACE with its prefixes off),
+        usable in `allocators` beside ARMS and the registered allocators (a name here replaces ARMS's). A study
+        that defines its arms gets exactly them in the mechanism study too (no MECHANISM_EXTRA).
       seeds: RL seeds; every (variant, seed) starts from the same SFT checkpoint.
       primary_seeds: the seeds of the primary endpoint's arms (PRIMARY_ARMS: grpo and trace) when they
         run more than the others (() = `seeds`).
@@ -111,6 +114,7 @@ class CompareSection:
     allocators: tuple[str, ...] = ALL_ALLOCATORS
     sweep: dict = dataclasses.field(default_factory=dict)
     arm_settings: dict = dataclasses.field(default_factory=dict)
+    arms: dict = dataclasses.field(default_factory=dict)
     seeds: tuple[int, ...] = (0, 1, 2)
     primary_seeds: tuple[int, ...] = ()
     results: str = ""
@@ -131,14 +135,15 @@ class CompareSection:
     token_calibration: int = 256
 
     def __post_init__(self):
-        unknown = [a for a in self.allocators if a not in ARMS and a not in ALLOCATORS]
+        unknown = [a for a in self.allocators if a not in ARMS and a not in ALLOCATORS and a not in self.arms]
         if unknown or not self.allocators:
-            raise ValueError(f"allocators {unknown or '()'} unknown/empty; arms {sorted(ARMS)} and every registered "
-                             f"allocator {ALLOCATORS.names()}")
+            raise ValueError(f"allocators {unknown or '()'} unknown/empty; arms {sorted({*ARMS, *self.arms})} and every "
+                             f"registered allocator {ALLOCATORS.names()}")
         stray = sorted(set(self.arm_settings) - set(self.allocators))
         if stray:
             raise ValueError(f"arm_settings for {stray}, which are not among the allocators {list(self.allocators)}")
-        for where, table in [("sweep", self.sweep)] + [(f"arm_settings.{a}", t) for a, t in self.arm_settings.items()]:
+        for where, table in ([("sweep", self.sweep)] + [(f"arm_settings.{a}", t) for a, t in self.arm_settings.items()]
+                             + [(f"arms.{a}", t) for a, t in self.arms.items()]):
             if not isinstance(table, dict) or not all(isinstance(f, dict) for f in table.values()):
                 raise ValueError(f"{where} must map sections to {{field: value}}, got {table!r}")
         if any(not isinstance(v, (tuple, list)) or not v for f in self.sweep.values() for v in f.values()):
@@ -186,7 +191,7 @@ def split_config(config) -> tuple[CompareSection, dict]:
     for key in ("allocators", "seeds", "primary_seeds"):
         if key in given:
             given[key] = tuple(given[key])
-    for key in ("sweep", "arm_settings"):
+    for key in ("sweep", "arm_settings", "arms"):
         if key in given:
             given[key] = _plain(given[key])
     try:
@@ -215,7 +220,8 @@ def _plain(value):
 def variants(compare: CompareSection) -> list[Variant]:
     if compare.ablation:
         return [Variant(name, {"allocator.name": "trace", **o}) for name, o in ABLATIONS[compare.ablation].items()]
-    arms = [Variant(name, {**ARMS.get(name, {"allocator.name": name}), **dotted(compare.arm_settings.get(name, {}))})
+    known = {**ARMS, **{name: dotted(table) for name, table in compare.arms.items()}}
+    arms = [Variant(name, {**known.get(name, {"allocator.name": name}), **dotted(compare.arm_settings.get(name, {}))})
             for name in compare.allocators]
     sweep = dotted(compare.sweep)
     if not sweep:
@@ -259,7 +265,8 @@ def run_config_dict(base: dict, variant: Variant, seed: int) -> dict:
 def mechanism_variants(base: dict, compare: CompareSection) -> list[tuple[str, schema.RunConfig]]:
     """The mechanism study's (name, run config): the comparison's variants (plus TRACE's stage-2 modes in
     the main comparison), every TRACE variant holding out `mechanism_holdout` anchors, first seed."""
-    chosen = variants(compare) + ([] if compare.ablation else [Variant(n, o) for n, o in MECHANISM_EXTRA.items()])
+    extra = [] if compare.ablation or compare.arms else [Variant(n, o) for n, o in MECHANISM_EXTRA.items()]
+    chosen = variants(compare) + extra
     out = []
     for variant in chosen:
         config = run_config_dict(base, variant, compare.seeds[0])

@@ -25,14 +25,14 @@ from jax.flatten_util import ravel_pytree
 from scipy import stats as scipy_stats
 
 from trace_jax.allocation.base import sample_roots
-from trace_jax.allocation.calibration import auc
+from trace_jax.allocation.calibration import auc, within_group_auc
 from trace_jax.compare.audit import audit_cost
 from trace_jax.compare.store import cached
 from trace_jax.config.schema import EXECUTION_SETTINGS, SFT_SETTINGS, settings
 from trace_jax.rl import learner, updates
 from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rollout.agent_loop import RolloutEngine
-from trace_jax.rollout.tree import Ledger, step_statistics
+from trace_jax.rollout.tree import Ledger, contrast_statistics, step_statistics
 from trace_jax.run.experiment import derive_seed, log, train_tasks
 
 
@@ -98,6 +98,7 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
     order = np.random.default_rng(derive_seed(seed, "mechanism", "pools")).permutation(len(tasks))
     candidates = run.budget.candidates
     cosines, effective, mixed, m_std, tokens, pairs, ledgers, planned = [], [], [], [], [], [], [], []
+    anchored, branch_depths = [], []  # (step, PrefixOutcome); per step, branch leaves by anchor depth
     unit = reference / max(np.linalg.norm(reference), 1e-30)
     for step in range(steps):
         pool = [tasks[order[(step * candidates + j) % len(tasks)]] for j in range(candidates)]
@@ -112,6 +113,8 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
         if outcome.root_counts:
             m_std.append(float(np.std(outcome.root_counts)))
         pairs += list(outcome.holdout_pairs or ())
+        anchored += [(step, p) for p in outcome.prefix_outcomes]
+        branch_depths.append(contrast_statistics(outcome.trees)["anchor_depths"])
         tokens.append(engine.ledger.tokens_generated)
         ledgers.append(engine.ledger)
         planned.append(outcome.rollout_budget)
@@ -127,7 +130,27 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
             "ledger": dataclasses.asdict(sum(ledgers, Ledger())), "steps": steps,
             "rollouts_planned_per_step": float(np.mean(planned)),
             "cost_per_step": float(np.mean([budget.cost(x) for x in ledgers])),
-            "cost_drift_steps": drift}
+            "cost_drift_steps": drift, **prefix_figures(anchored, branch_depths)}
+
+
+def prefix_figures(anchored: list, branch_depths: list[tuple[int, ...]]) -> dict:
+    """Where stage 2 branched and how well the predictor ranks a prompt's own prefixes: the within-prompt AUC
+    (pairs of anchors of one tree, one step) on random anchors (the uniform chooser's and the holdout's:
+    unbiased) and on the chooser's own (biased toward disagreement); anchors and branch leaves by depth
+    (index 0: the first turn boundary)."""
+    def score(kinds):
+        mine = [(step, p) for step, p in anchored if p.picked in kinds and not np.isnan(p.outcome)]
+        if not mine:
+            return {"auc": None, "ci95": None, "pairs": 0, "groups": 0}
+        return within_group_auc([f"{step}/{p.tree}" for step, p in mine], [p.prediction for _, p in mine],
+                                [p.outcome for _, p in mine])
+    depths = [p.depth for _, p in anchored if p.picked != "holdout"]
+    leaves = np.zeros(max([len(d) for d in branch_depths] + [0]), int)
+    for d in branch_depths:
+        leaves[: len(d)] += np.asarray(d, int)
+    return {"within_prompt_auc": score(("random", "holdout")), "within_prompt_auc_chosen": score(("chosen",)),
+            "anchors_by_depth": np.bincount(np.asarray(depths, int) - 1).tolist() if depths else [],
+            "branch_leaves_by_depth": leaves.tolist()}
 
 
 def study(setup, params, variants, *, steps: int, reference: int, group: int, seed: int, directory: str,
@@ -195,6 +218,12 @@ def headline(result: dict) -> dict:
             "paired_vs_grpo": result.get("paired_vs_grpo"), "unseen_root_auc": result.get("unseen_root_auc")}
 
 
+def _within(w: dict | None) -> str:
+    if not w or w["auc"] is None:
+        return ""
+    return f"{w['auc']:.3f} [{w['ci95'][0]:.3f}, {w['ci95'][1]:.3f}] ({w['pairs']})"
+
+
 def markdown(result: dict, run, compare, budget, policy: str = "sft") -> str:
     """mechanism.md: one row per variant, then how it was measured."""
     def num(x, fmt=".3f"):
@@ -206,8 +235,9 @@ def markdown(result: dict, run, compare, budget, policy: str = "sft") -> str:
     lines = [f"# Mechanism study (frozen {frozen}, no training, {framing})", "",
              "| variant | gradient cosine (95% CI) | minus grpo's, paired (95% CI) | effective ratio "
              "| expanded-prefix mixed share | root m std | held-out anchor AUC (n) | rollouts / step "
-             "| tokens generated / step | prefilled / step |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| tokens generated / step | prefilled / step | within-prompt AUC, random anchors (pairs) "
+             "| branch leaves by anchor depth 1, 2, ... |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     paired = result.get("paired_vs_grpo") or {}
     for name, v in result["variants"].items():
         cos, steps = v["gradient_cosine"], v["steps"]
@@ -217,7 +247,8 @@ def markdown(result: dict, run, compare, budget, policy: str = "sft") -> str:
                      f"| {v['effective_ratio']:.3f} | {v['expanded_mixed_share']:.3f} | {num(v['root_m_std'], '.2f')} "
                      f"| {num(v['in_loop_auc'])} ({v['holdout_anchors']}) "
                      f"| {v['ledger']['rollouts_started'] / steps:.1f} | {v['tokens_generated_per_step']:.0f} "
-                     f"| {v['ledger']['tokens_prefilled'] / steps:.0f} |")
+                     f"| {v['ledger']['tokens_prefilled'] / steps:.0f} | {_within(v.get('within_prompt_auc'))} "
+                     f"| {', '.join(str(x) for x in v.get('branch_leaves_by_depth') or [])} |")
     unseen = result.get("unseen_root_auc")
     cost = (f"M={b.rollouts} rollouts" if b.unit == "rollouts" else
             f"{b.tokens} measured tokens per step (generated + {b.prefill_weight} x prefilled: what GRPO's "
@@ -229,7 +260,10 @@ def markdown(result: dict, run, compare, budget, policy: str = "sft") -> str:
               f"{compare.mechanism_group} uniform rollouts ({ref['ledger']['rollouts_started']} rollouts). A step "
               "whose trees are all uniform has no gradient and counts as cosine 0. Held-out anchor AUC: TRACE's "
               f"predictor on {compare.mechanism_holdout} random turn boundaries per step held out from its choice, "
-              "pooled over steps."]
+              "pooled over steps. Within-prompt AUC: over pairs of random anchors (the uniform chooser's and the "
+              "holdout's) of one tree in one step whose continuations' success differs, the share the predictor "
+              "orders right (bootstrap over trees): the predictor's ranking of a prompt's own prefixes, with the "
+              "prompt's difficulty taken out."]
     if unseen:
         lines.append(f"Unseen-prompt root AUC (generalization study): predictor {num(unseen['predictor'])}, "
                      f"per-prompt Beta {num(unseen['beta'])}.")

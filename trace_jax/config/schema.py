@@ -237,7 +237,7 @@ ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path":
                 "rl.keep_prefixes": True, "learner.remat": "dots", "learner.mini_batches": 1, "learner.epochs": 1,
                 "learner.split_trees": False, "learner.layout": "paths", "advantage.baseline": "all_leaves",
                 "allocator.prefix_cost": "tokens", "eval.sample_every": 0,
-                "eval.intermediate_tasks": 0}
+                "eval.intermediate_tasks": 0, "task.world_scale": 1}
 
 
 # The task section's fields before each source owned its config class (one union of every source's fields),

@@ -22,7 +22,7 @@ from trace_jax.envs.protocol import TaskSource
 from trace_jax.envs.tasks.datasets import BFCLTasks, DeepScaleRTasks, GSM8KTasks, SearchTasks
 from trace_jax.envs.tasks.funcall import FunctionCallingTasks
 from trace_jax.envs.tasks.math import ArithmeticWordProblems
-from trace_jax.envs.tasks.multihop import MultiHopQA
+from trace_jax.envs.tasks.multihop import MultiHopQA, scaled_world
 from trace_jax.registry import Registry
 
 TASK_SOURCES: Registry[TaskSource] = Registry("task source", "task", key="source")
@@ -77,7 +77,17 @@ class SearchSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MultiHopTaskConfig(SyntheticTaskConfig, SearchSettings):
-    """Synthetic multi-hop QA over a generated world (`envs/tasks/multihop.py`)."""
+    """Synthetic multi-hop QA over a generated world (`envs/tasks/multihop.py`). Attributes:
+      world_scale: the world's entities (people, companies, cities, countries) times this. The default world
+        holds about 4270 distinct 1-4 hop questions (about 430 in its test split); scale 5 holds enough for
+        a test split of >= 2000 (`num_questions` must ask for them).
+    """
+
+    world_scale: int = 1
+
+    def __post_init__(self):
+        if isinstance(self.world_scale, bool) or not isinstance(self.world_scale, int) or not 1 <= self.world_scale <= 50:
+            raise ValueError(f"task.world_scale must be an integer in [1, 50], got {self.world_scale!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -126,7 +136,8 @@ def build(source: str, **fields) -> TaskSource:
 @TASK_SOURCES.register("multihop", config=MultiHopTaskConfig)
 def _multihop(c: MultiHopTaskConfig) -> MultiHopQA:
     return MultiHopQA(c.seed, num_questions=c.num_questions, **({"max_hops": c.max_difficulty} if c.max_difficulty else {}),
-                      top_k=c.search_top_k, max_words=c.search_words, f1_success=c.f1_success)
+                      top_k=c.search_top_k, max_words=c.search_words, f1_success=c.f1_success,
+                      **({} if c.world_scale == 1 else scaled_world(c.world_scale)))
 
 
 @TASK_SOURCES.register("math", config=SyntheticTaskConfig)

@@ -39,6 +39,14 @@ _SUFFIX = {"company": ["Labs", "Corp", "Works", "Systems", "Group"], "city": [""
            "country": ["ia", "land", "stan", "ar"]}
 
 
+WORLD_SIZE = {"num_people": 120, "num_companies": 40, "num_cities": 40, "num_countries": 12}
+
+
+def scaled_world(scale: int) -> dict[str, int]:
+    """The `World` keyword arguments of a world with `scale` times the default's entities of every kind."""
+    return {k: v * scale for k, v in WORLD_SIZE.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class Entity:
     name: str
@@ -49,8 +57,9 @@ class Entity:
 class World:
     """The seeded entity graph and its corpus."""
 
-    def __init__(self, seed: int = 0, *, num_people: int = 120, num_companies: int = 40, num_cities: int = 40,
-                 num_countries: int = 12, distractor_rate: float = 0.3):
+    def __init__(self, seed: int = 0, *, num_people: int = WORLD_SIZE["num_people"],
+                 num_companies: int = WORLD_SIZE["num_companies"], num_cities: int = WORLD_SIZE["num_cities"],
+                 num_countries: int = WORLD_SIZE["num_countries"], distractor_rate: float = 0.3):
         rng = np.random.default_rng(seed)
         self._used: set[str] = set()
         counts = {"person": num_people, "company": num_companies, "city": num_cities, "country": num_countries}

@@ -1,0 +1,86 @@
+"""The stage ablation (issue 53; PLAN.md beside this file): does TRACE's stage 2, branching at turn-level
+prefixes, buy anything over its stage 1 alone, in a pool where turn prefixes are real decision points?
+
+  python experiments/compare.py --config studies/stage_ablation/config.py:pilot --workdir /tmp/stage_pilot --study=mechanism
+  python studies/stage_ablation/pilot.py --workdir /tmp/stage_pilot          # the go/no-go, from the pilot's report
+  python experiments/compare.py --config studies/stage_ablation/config.py:confirm --workdir /tmp/stage_confirm
+
+The pool: multi-hop QA of 1-4 hops after a warm start on all four levels (on this pool's smaller world: greedy
+0.72 / 0.64 / 0.33 / 0.46 by hops, GRPO's groups mixed 0.68 of the time, random prefixes mixed 0.18-0.21 of
+the time, against 0.05 on the decisive comparison's arithmetic), in a world 6x the default's so the test split
+holds 2184 questions: the endpoint set (a separate generator's worlds score 0 for this policy: it writes the
+training world's names instead of copying unseen ones, see configs/compare_multihop.py `_powered`).
+
+`:pilot`: the frozen-policy mechanism study of the prefix choosers x prefix pricing (PLAN.md, "Pilot").
+`:confirm`: the pre-registered ablation grid (PLAN.md, "Confirmatory"); refused until PLAN.md fixes it.
+`:runlocal`: either, shrunk to a smoke run (tiny steps; for tests and a first look).
+"""
+
+import os
+
+import ml_collections
+
+from configs import compare_multihop
+from trace_jax.config.files import config_args
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+WORLD_SCALE, NUM_QUESTIONS = 6, 21000  # 21000 distinct questions, 2184 of them in the test split
+LOCAL = {"name": "trace", "prefix_budget": "local"}  # the paper's stage 2: prompt i spends m_i x N on its prefixes
+# The ablation's arms, in the paper's Uniform/Active form; every arm trains with trace_tree advantages.
+ARMS = {
+    "grpo": {"allocator": {"name": "grpo"}, "advantage": {"name": "trace_tree"}},
+    "stage1_only": {"allocator": {**LOCAL, "prefixes": "none"}},
+    "trace": {"allocator": {**LOCAL}},
+    "roots_uniform_prefixes_active": {"allocator": {**LOCAL, "roots": "uniform"}},
+    "roots_active_prefixes_uniform": {"allocator": {**LOCAL, "prefixes": "uniform"}},
+}
+# The pilot: stage 1 alone, GRPO, and every prefix chooser x pricing under TRACE's roots.
+PILOT_ARMS = {
+    "grpo": ARMS["grpo"],
+    "stage1_only": ARMS["stage1_only"],
+    **{f"trace {chooser} {cost}": {"allocator": {**LOCAL, "prefixes": chooser, "prefix_cost": cost}}
+       for chooser in ("agreement", "posterior") for cost in ("tokens", "rollouts")},
+    "trace uniform": ARMS["roots_active_prefixes_uniform"],  # random prefixes: pricing does not enter
+}
+PILOT_STEPS = 60  # frozen-policy allocation steps per arm (PLAN.md)
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    args = config_args(arg, flags=("pilot", "confirm", "runlocal"), config="studies/stage_ablation/config.py")
+    if args["pilot"] == args["confirm"]:
+        raise ValueError("studies/stage_ablation/config.py needs exactly one of `pilot` and `confirm`")
+    c = compare_multihop.get_config()
+    c.task.max_difficulty, c.sft.max_difficulty = 4, 0  # 1-4 hops, warm start on every level
+    c.task.world_scale, c.task.num_questions = WORLD_SCALE, NUM_QUESTIONS
+    c.eval.split, c.eval.num_tasks = "test", 0  # all 2184 test-split questions
+    c.compare.unit, c.compare.tokens = "tokens", 0  # equal measured generated tokens, GRPO's M=32 on the SFT policy
+    c.compare.generalization_steps = 0
+    c.compare.results = os.path.join(RESULTS, "shared_start")
+    if args["pilot"]:
+        c.compare.arms = PILOT_ARMS
+        c.compare.allocators = tuple(PILOT_ARMS)
+        c.compare.seeds = (0,)
+        c.compare.mechanism_steps, c.compare.mechanism_reference, c.compare.mechanism_group = PILOT_STEPS, 2048, 8
+        c.compare.mechanism_holdout = 4
+        c.compare.mechanism_advantage = "trace_tree"
+    else:
+        _confirm(c)
+    if args["runlocal"]:
+        c.model.preset = "tiny"
+        c.task.world_scale, c.task.num_questions = 1, 300
+        c.sft.steps, c.sft.num_demos = 10, 50
+        c.rl.steps, c.rl.max_new_tokens, c.rl.eval_every = 2, 12, 1
+        c.budget.update(rollouts=8, prompts=2, candidates=4)
+        c.eval.num_tasks = 8
+        c.checkpoint.every = 1
+        c.compare.mechanism_steps, c.compare.mechanism_reference, c.compare.mechanism_group = 2, 16, 4
+        c.compare.token_calibration = 16
+        c.compare.results = ""
+    return c
+
+
+def _confirm(c: ml_collections.ConfigDict) -> None:
+    """The confirmatory grid: fixed by PLAN.md after the pilot, before its first run."""
+    raise ValueError("`confirm` is fixed in studies/stage_ablation/PLAN.md after the pilot's go; the pilot has not "
+                     "decided yet (run `:pilot` and studies/stage_ablation/pilot.py)")

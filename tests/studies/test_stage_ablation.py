@@ -1,0 +1,66 @@
+"""The stage ablation study (studies/stage_ablation/): its config builds the pool PLAN.md describes, refuses the
+confirmatory grid until the plan fixes it, and its go/no-go reads a mechanism report as PLAN.md says."""
+
+import importlib
+import json
+
+import numpy as np
+import pytest
+
+from trace_jax.compare import grid
+from trace_jax.config.files import from_config_dict
+
+config = importlib.import_module("studies.stage_ablation.config")
+pilot = importlib.import_module("studies.stage_ablation.pilot")
+
+
+def test_the_pilot_config_is_the_planned_pool_and_arms():
+    compare, base = grid.split_config(config.get_config("pilot"))
+    run = from_config_dict(base)
+    assert (run.task.source, run.task.max_difficulty, run.sft.max_difficulty) == ("multihop", 4, 0)
+    assert (run.task.world_scale, run.eval.split, run.eval.num_tasks) == (6, "test", 0)
+    assert compare.unit == "tokens" and compare.mechanism_steps == 60 and compare.mechanism_advantage == "trace_tree"
+    runs = dict(grid.mechanism_variants(base, compare))
+    assert set(runs) == {"grpo", "stage1_only", *pilot.ACTIVE, pilot.RANDOM_ARM}
+    assert runs["stage1_only"].allocator.prefixes == "none"
+    assert {runs[n].allocator.prefix_budget for n in runs if n != "grpo"} == {"local"}
+    assert runs["trace posterior rollouts"].allocator.prefix_cost == "rollouts"
+
+
+def test_the_confirmatory_grid_is_refused_until_the_plan_fixes_it():
+    with pytest.raises(ValueError, match="PLAN.md"):
+        config.get_config("confirm")
+    with pytest.raises(ValueError, match="exactly one"):
+        config.get_config("pilot,confirm")
+
+
+def _report(rng, shift: float, auc_pairs: float):
+    base = rng.normal(0.05, 0.02, 60)
+    variants = {"grpo": {}, "stage1_only": {"cosine_per_step": base.tolist()}}
+    for name in (*pilot.ACTIVE, pilot.RANDOM_ARM):
+        variants[name] = {"cosine_per_step": (base + shift + rng.normal(0, 0.005, 60)).tolist(),
+                          "within_prompt_auc": {"auc": auc_pairs, "ci95": [auc_pairs - 0.05, auc_pairs + 0.05],
+                                                "pairs": 300, "groups": 120}}
+    for v in variants.values():
+        v.update(gradient_cosine={"mean": 0.05}, effective_ratio=0.6, expanded_mixed_share=0.3,
+                 within_prompt_auc_chosen={"auc": 0.5}, branch_leaves_by_depth=[3, 2, 1], tokens_generated_per_step=2000,
+                 ledger={"tokens_prefilled": 6000, "tool_calls": 3000}, steps=60)
+        v.setdefault("within_prompt_auc", {"auc": None, "pairs": 0, "groups": 0})
+        v.setdefault("cosine_per_step", base.tolist())
+    return {"variants": variants}
+
+
+@pytest.mark.parametrize("shift,auc,want", [(0.01, 0.65, "go"), (0.01, 0.55, "no-go"), (0.0, 0.7, "no-go")])
+def test_the_go_needs_both_the_within_prompt_auc_and_a_cosine_gain_over_stage_one(shift, auc, want):
+    out = pilot.decide(_report(np.random.default_rng(0), shift, auc))
+    assert out["decision"] == want and (want == "go") == (not out["reasons"])
+    assert out["cosine_minus_stage1_only"][pilot.ACTIVE[0]]["level"] == pytest.approx(0.9875)
+    assert out["branch_leaf_share_by_depth"]["stage1_only"] == pytest.approx([0.5, 0.333, 0.167])
+
+
+def test_the_pilot_script_names_a_missing_report_or_arm(tmp_path):
+    with pytest.raises(SystemExit, match="mechanism_tokens.json not found"):
+        pilot.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "out")])
+    (tmp_path / "mechanism_tokens.json").write_text(json.dumps({"variants": {"grpo": {}}}))
+    with pytest.raises(ValueError, match="stage1_only"):
+        pilot.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "out")])
