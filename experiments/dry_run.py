@@ -122,7 +122,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from trace_jax.config.files import from_config_dict  # noqa: E402
+from trace_jax.config.files import from_config_dict, load_config_file  # noqa: E402
 from trace_jax.models.memory import GIB, estimate  # noqa: E402
 from trace_jax.models.presets import get_preset  # noqa: E402
 from trace_jax.models.transformer import num_params, param_shapes  # noqa: E402
@@ -279,11 +279,7 @@ def sampler_programs(run, model_config, mesh, context: int, prompt_tokens: int, 
 
 def main():
     args = _parser.parse_args()
-    path, _, arg = args.config.partition(":")
-    spec = importlib.util.spec_from_file_location("dry_run_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config(arg or None)
+    config = load_config_file(args.config)
     config.model.checkpoint = tempfile.mkdtemp()  # validated as a path only: shapes come from the preset, no weights
     if args.mesh:
         try:

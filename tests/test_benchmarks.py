@@ -24,6 +24,8 @@ REPO = os.path.join(os.path.dirname(__file__), "..")
     ("bench_sampler.py", ["--sections", "az"], "--sections 'az': letters among a, b, c, d, e"),
     ("bench_scheduler.py", ["--steps", "2", "--warm", "2"], "need steps >= 1 and 0 <= warm < steps"),
     ("bench_scheduler.py", ["--arms", "trace,beam"], "--arms: ['beam'] not among"),
+    ("bench_run_cost.py", ["--repeats", "0"], "--repeats must be >= 1"),
+    ("bench_run_cost.py", ["--subset", "0"], "--subset must be >= 1"),
 ])
 def test_out_of_range_flags_are_refused_before_compute(script, flags, message):
     out = subprocess.run([sys.executable, os.path.join(REPO, "experiments", script), *flags], capture_output=True,

@@ -106,3 +106,21 @@ def run_grid(runs: list[tuple[grid.Variant, int, schema.RunConfig]], workdir: st
                 out.outcomes[kind].setdefault(variant.name, {})[seed] = np.asarray(o.successes, float) / o.k
                 out.levels.setdefault(kind, np.asarray(o.difficulty))
     return out
+
+
+def stored_run(config, variant: str, seed: int) -> tuple[schema.RunConfig, str, dict]:
+    """One run of a comparison whose shared start is stored (`compare.results`): (its run config, at the stored
+    token cap where the framing is tokens; the stored shared directory with the SFT checkpoint and tokenizer; the
+    SFT start's held-out result). Retrains it elsewhere, e.g. to check that a rerun reproduces it."""
+    compare, base = grid.split_config(config)
+    if not compare.results or not os.path.exists(os.path.join(compare.results, "shared.json")):
+        raise schema.ConfigError(f"no stored shared start in compare.results ({compare.results!r})")
+    if compare.unit == "tokens" and not compare.tokens:
+        raise schema.ConfigError("the tokens framing's cap is measured, not stored in the config: set compare.tokens")
+    runs = {(v.name, s): run for v, s, run in grid.validate(grid.framed(base, compare, compare.tokens), compare)}
+    if (variant, seed) not in runs:
+        raise schema.ConfigError(f"the comparison has no run ({variant!r}, seed {seed}); it has {sorted(runs)}")
+    with open(os.path.join(compare.results, "shared.json"), encoding="utf-8") as f:
+        after_sft = json.load(f)["after_sft"]
+    return runs[(variant, seed)], os.path.join(compare.results, "shared"), after_sft
+

@@ -7,6 +7,7 @@ config's task section at another task source."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 
 import ml_collections
@@ -70,3 +71,18 @@ def from_config_dict(config) -> schema.RunConfig:
     checks.check_fields(run)
     checks.check_consistency(run)
     return run
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+    """A config from "path/to/file.py[:args]" (a `configs/*.py`-style file with `get_config(arg)`), as the
+    launchers' --config reads it."""
+    import importlib.util
+
+    path, _, arg = spec.partition(":")
+    if not os.path.isfile(path):
+        raise schema.ConfigError(f"config file {path!r} not found")
+    module_spec = importlib.util.spec_from_file_location(f"config_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg or None)
+
