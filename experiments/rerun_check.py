@@ -6,7 +6,8 @@
 
 The first form reads two finished runs (the stored one and one retrained from the same stored SFT checkpoint,
 e.g. `compare.py ... --config.compare.results=<a copy without that run> --seeds=7`): the first RL step whose
-ledger (tokens, rollouts, tool calls) differs, the largest relative difference of the learner's loss before
+ledger (tokens, rollouts, tool calls) differs, whether every step record is the same (wall times aside), the
+largest relative difference of the learner's loss before
 it, and the final held-out outcomes with their paired differences (tasks paired; one seed). The second form
 trains the run's first `--steps` steps twice on this machine from the grid's stored SFT checkpoint, in two
 fresh workdirs, and compares them the same way: whether the machine itself reproduces a run bit for bit.
@@ -52,7 +53,8 @@ def compare_runs(committed: str, rerun: str) -> dict:
     losses = [(x["learner"] or {}).get("loss") for x in a], [(x["learner"] or {}).get("loss") for x in b]
     rel = [abs(losses[0][i] - losses[1][i]) / max(abs(losses[0][i]), 1e-6) for i in before
            if losses[0][i] is not None and losses[1][i] is not None]
-    out = {"steps": [len(a), len(b)], "identical_steps_jsonl": a == b, "first_ledger_divergence": diverged,
+    untimed = [[{k: v for k, v in x.items() if k != "timings"} for x in run] for run in (a, b)]
+    out = {"steps": [len(a), len(b)], "identical_steps": untimed[0] == untimed[1], "first_ledger_divergence": diverged,
            "max_relative_loss_difference_before": max(rel) if rel else 0.0, "final": {}}
     finals = [sorted(glob.glob(os.path.join(d, "eval", "step_*.json")), key=lambda p: int(p.split("_")[-1][:-5]))
               for d in (committed, rerun)]
@@ -97,7 +99,7 @@ def main(argv):
         out = compare_runs(FLAGS.committed, FLAGS.rerun)
     else:
         raise app.UsageError("give --committed and --rerun, or --config")
-    print(f"steps {out['steps']}, steps.jsonl identical: {out['identical_steps_jsonl']}, first ledger divergence: "
+    print(f"steps {out['steps']}, step records identical (wall times aside): {out['identical_steps']}, first ledger divergence: "
           f"{out['first_ledger_divergence']}, max relative loss difference before it: "
           f"{out['max_relative_loss_difference_before']:.2e}")
     for kind, f in out["final"].items():

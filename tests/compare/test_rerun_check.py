@@ -24,7 +24,7 @@ def test_two_runs_are_compared_step_by_step_and_at_the_end(tmp_path):
     script = experiment_scripts.load("rerun_check")
     a = _run(tmp_path / "a", [10, 11, 12], [0.5, 0.25, 0.1], [1, 0, 1, 1])
     same = script.compare_runs(a, _run(tmp_path / "same", [10, 11, 12], [0.5, 0.25, 0.1], [1, 0, 1, 1]))
-    assert same["identical_steps_jsonl"] and same["first_ledger_divergence"] is None
+    assert same["identical_steps"] and same["first_ledger_divergence"] is None
     assert same["final"]["greedy"]["identical"] and same["final"]["greedy"]["diff"] == 0
     other = script.compare_runs(a, _run(tmp_path / "b", [10, 11, 13], [0.5, 0.2501, 0.1], [1, 1, 1, 1]))
     assert other["first_ledger_divergence"] == 3

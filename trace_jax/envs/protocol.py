@@ -23,6 +23,7 @@ from typing import Any
 from trace_jax.envs.formats import REACT
 from trace_jax.envs.react import MAX_ACTION_CHARS, Action, ParseError
 from trace_jax.envs.splits import check_split
+from trace_jax.envs.text import tokenizable
 
 # info["error"] of a StepResult: the parser's kinds, a tool's own error message, and the last resorts.
 ERROR_KINDS = ("empty", "no_action", "format", "unknown_tool", "too_long", "tool_error", "tool_crash", "score_crash")
@@ -193,6 +194,7 @@ class Episode:
         if isinstance(parsed, Action) and parsed.tool == "finish":
             following = self._next_user_turn()
             if following is not None and self.turns < limits.max_turns and self.tokens < limits.max_tokens:
+                following = tokenizable(following)
                 self.user_turns.append(len(self.history))
                 self.history.append((text, following))
                 return StepResult(observation=following, done=False, info={"action": parsed}, user_turn=True)
@@ -201,7 +203,8 @@ class Episode:
             except Exception as e:  # the last resort (a checker bug or bad gold data): reward 0, logged
                 _report_crash(self.env.name, "score", self.task.id, e)
                 reward, info = 0.0, {"error": "score_crash"}
-            return self._end(text, reward, {**info, "action": parsed, "answer": parsed.argument})
+            return self._end(text, reward, {**info, "action": parsed,
+                                            "answer": tokenizable(parsed.argument)})
         if self.turns >= limits.max_turns or self.tokens >= limits.max_tokens:
             which = "turn" if self.turns >= limits.max_turns else "token"
             return self._end(text, 0.0, {"limit": which})
@@ -214,8 +217,7 @@ class Episode:
                 results.append(self._run_tool(action))
             observation = "\n".join(o for o, _ in results)
             info = next((i for _, i in results if "error" in i), results[-1][1])
-        if len(observation) > limits.max_observation_chars:
-            observation = observation[: limits.max_observation_chars] + " ...(truncated)"
+        observation = tokenizable(observation, limits.max_observation_chars)  # the one place: every env, format
         self.history.append((text, observation))
         return StepResult(observation=observation, done=False, info=info)
 
