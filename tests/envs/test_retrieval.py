@@ -4,6 +4,7 @@ error observations without hanging."""
 
 import http.server
 import json
+import tempfile
 import threading
 import time
 
@@ -217,3 +218,32 @@ def test_a_passage_with_a_lone_surrogate_is_cleaned_before_it_reaches_the_render
         assert "bad ? text" in observation
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize("contents", ["word " * 500, "title " * 100 + "\n" + "text " * 300, "\n" + "text " * 300,
+                                      "title only", "\"quoted title\"\n" + "x " * 9])
+def test_the_word_cap_holds_for_every_passage_shape(contents):
+    """A passage without a title line is shown as its text under the cap (it was printed whole as the "title"),
+    a long title is cut too: by the retrieval client and by the in-process BM25 on a corpus loaded the same way."""
+    from trace_jax.envs.loaders import load_corpus
+    from trace_jax.envs.tools.search import MAX_TITLE_WORDS, SearchIndex
+
+    cap = 8
+    hits = {"result": [[{"document": {"id": "1", "contents": contents}, "score": 1.0}]]}
+    listener, url = _raw_server(_json(json.dumps(hits)))
+    try:
+        remote = RetrievalClient(url, timeout_s=1.0, retries=0, max_words_per_passage=cap).search("q")
+    finally:
+        listener.close()
+    path = tempfile.mktemp(suffix=".jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"id": "1", "contents": contents}) + "\n")
+        f.write(json.dumps({"id": "2", "contents": "Other\nunrelated passage"}) + "\n")
+    query = contents.split()[0]
+    local = SearchIndex(load_corpus(path), top_k=1, max_words_per_passage=cap).search(query)
+    for observation in (remote, local):
+        (line,) = observation.splitlines()
+        assert len(line.split()) <= 1 + MAX_TITLE_WORDS + 1 + cap + 1, line  # [rank] title ...: text ...
+        for word in ("word", "text", "x"):
+            assert line.split().count(word) <= cap, line
+        assert line.split().count("title") <= MAX_TITLE_WORDS, line

@@ -39,6 +39,23 @@ def test_a_stale_or_unreadable_lock_is_taken_over(tmp_path, content, capsys):
     assert "taking over" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("pid", [10 ** 30, -5, 0, 2 ** 23, "12", 1.5, True])
+def test_a_lock_whose_pid_is_no_process_id_is_taken_over_not_a_raw_error(tmp_path, pid, capsys):
+    """A garbage pid (huge: os.kill overflows; 0 or negative: kill would test a process group) is a malformed lock."""
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
+    with WorkdirLock(str(tmp_path)):
+        assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+    assert "taking over the unreadable lock" in capsys.readouterr().out
+
+
+def test_a_lock_path_that_is_a_directory_is_refused_by_name(tmp_path):
+    (tmp_path / LOCK_FILE).mkdir()
+    with pytest.raises(WorkdirBusyError, match="not a regular file"):
+        with WorkdirLock(str(tmp_path)):
+            pass
+    assert (tmp_path / LOCK_FILE).is_dir()  # nothing of it removed
+
+
 def test_a_lock_of_another_host_is_refused(tmp_path):
     (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": 1, "host": "elsewhere", "started": "then"}))
     with pytest.raises(WorkdirBusyError, match="host elsewhere.*delete the lock file"):

@@ -1,7 +1,8 @@
 """One run per workdir: a lock file that a second launcher on the same workdir meets with an error naming
 the holder (pid, host, start time), so two runs never interleave rows of steps.jsonl or write the same
 checkpoints. A lock left by a killed run (its pid gone on this host, or a file cut short) is taken over
-with a line saying so. Only process 0 of a distributed run takes it: its processes share the workdir."""
+with a line saying so, as is a lock whose pid is not a valid process id (zero, negative, past the largest pid);
+a lock path that is not a regular file (a directory, say) is refused, named. Only process 0 of a distributed run takes it: its processes share the workdir."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 import jax
 
 LOCK_FILE = ".run.lock"
+MAX_PID = 2 ** 22  # Linux's largest pid_max; a recorded pid outside [1, MAX_PID] is no process of ours
 
 
 class WorkdirBusyError(RuntimeError):
@@ -21,6 +23,7 @@ class WorkdirBusyError(RuntimeError):
 
 
 def _alive(pid: int) -> bool:
+    """Whether process `pid` (1 <= pid <= MAX_PID: kill(0) or a negative pid would test a process group) exists."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -45,6 +48,9 @@ class WorkdirLock:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
               "what": self.what}
         for _ in range(3):
+            if os.path.lexists(self.path) and not os.path.isfile(self.path):
+                raise WorkdirBusyError(f"the lock path {self.path} is not a regular file (a directory or another "
+                                       "kind of entry): not a lock this code wrote; remove it, or use another workdir")
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
@@ -60,9 +66,11 @@ class WorkdirLock:
         try:
             with open(self.path, encoding="utf-8") as f:
                 holder = json.load(f)
-            pid, host = int(holder["pid"]), str(holder["host"])
-        except (OSError, ValueError, KeyError, TypeError):
-            holder = None  # cut short by a kill between create and write, or not ours: stale
+            pid, host = holder["pid"], str(holder["host"])
+            if isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= MAX_PID:
+                raise ValueError(f"pid {pid!r} is not a process id")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            holder = None  # cut short by a kill between create and write, malformed, or not ours: stale
         if holder is not None:
             if host != socket.gethostname() or _alive(pid):
                 raise WorkdirBusyError(

@@ -22,6 +22,8 @@ import urllib.error
 import urllib.request
 from collections import Counter
 
+from trace_jax.envs.tools.search import passage_line
+
 MAX_RESPONSE_BYTES = 16 << 20
 MAX_QUERY_CHARS = 500
 
@@ -94,9 +96,7 @@ class RetrievalClient:
             document = hit.get("document", hit) if isinstance(hit, dict) else hit
             contents = document.get("contents", "") if isinstance(document, dict) else str(document)
             title, _, text = str(contents).partition("\n")
-            words = (text or title).split()
-            cut = " ".join(words[: self.max_words]) + (" ..." if len(words) > self.max_words else "")
-            lines.append(f"[{rank}] {title.strip().strip(chr(34))}: {cut}")
+            lines.append(passage_line(rank, title, text, self.max_words))
         return "\n".join(lines).encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
 
 

@@ -61,7 +61,23 @@ class SearchIndex:
         lines = []
         for rank, (doc, _) in enumerate(hits, 1):
             d = self.documents[doc]
-            words = d.text.split()
-            text = " ".join(words[: self.max_words]) + (" ..." if len(words) > self.max_words else "")
-            lines.append(f"[{rank}] {d.title}: {text}")
+            lines.append(passage_line(rank, d.title, d.text, self.max_words))
         return "\n".join(lines)
+
+
+MAX_TITLE_WORDS = 16  # a title longer than this is cut too: the per-passage budget holds whatever the passage's shape
+
+
+def _cut(text: str, words: int) -> str:
+    parts = text.split()
+    return " ".join(parts[:words]) + (" ..." if len(parts) > words else "")
+
+
+def passage_line(rank: int, title: str, text: str, max_words: int) -> str:
+    """One retrieved passage as the search tool shows it: `[rank] title: text`, the text cut to `max_words` words and
+    the title to MAX_TITLE_WORDS. A passage without a title line (no text apart from it, or a text that repeats it,
+    as a corpus row without a newline loads) shows as `[rank] text` under the same cap."""
+    title, text = title.strip().strip('"'), text.strip()
+    if not text or text == title:
+        title, text = "", text or title
+    return f"[{rank}] {_cut(title, MAX_TITLE_WORDS)}: {_cut(text, max_words)}" if title else f"[{rank}] {_cut(text, max_words)}"
