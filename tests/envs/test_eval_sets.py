@@ -74,6 +74,9 @@ def test_split_eval_set_is_the_split():
     group, = split_eval_set(source, env, "test", 5)
     assert group.tasks == tuple(source.tasks("test")[:5]) and group.env is env
     assert split_eval_set(source, env, "validation", 0)[0].tasks == tuple(source.tasks("validation"))
+    heldout = split_eval_set(source, env, "heldout", 0)[0].tasks  # every question RL never trains on, test first
+    assert heldout == tuple(source.tasks("test") + source.tasks("validation"))
+    assert not {t.id for t in heldout} & {t.id for t in source.tasks("train")}
 
 
 @pytest.mark.slow

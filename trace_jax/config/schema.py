@@ -101,7 +101,7 @@ class RLSection:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalSection:
     """Attributes:
-      split: held-out split of the training source ("test", "validation"), or "separate": num_tasks
+      split: held-out split of the training source ("test", "validation", "heldout": both), or "separate": num_tasks
         questions from independent worlds of the same generator (`trace_jax.envs.eval_sets`).
       num_tasks: tasks evaluated (0 = all).
       pass_k: k of the sampled pass@k (0 = greedy accuracy only).

@@ -1,7 +1,7 @@
 """Held-out evaluation sets: a split of the training source, or a separate generator.
 
 A split (`"test"`, `"validation"`) holds the training world's questions that hash outside the train
-split; on the synthetic sources it is small (about 130 multi-hop and 93 function-calling test
+split; `"heldout"` is both (the test split's questions first), every question RL never trains on; on the synthetic sources it is small (about 130 multi-hop and 93 function-calling test
 questions at the comparison settings). The separate generator (`"separate"`) builds independent
 worlds with the same generator settings and seeds `EVAL_WORLD_SEED + task seed + i`, and takes every
 question of each (all splits), dropping any task whose question *and* answer the training source
@@ -21,7 +21,8 @@ from trace_jax.envs.splits import SPLITS
 
 EVAL_WORLD_SEED = 1_000_003  # far from any training seed a config would use
 SEPARATE = "separate"
-EVAL_SETS = SPLITS + (SEPARATE,)
+HELDOUT = "heldout"  # the test and validation splits together
+EVAL_SETS = SPLITS + (HELDOUT, SEPARATE)
 MAX_WORLDS = 64
 
 
@@ -35,8 +36,9 @@ class EvalGroup:
 
 
 def split_eval_set(source: TaskSource, env: Env, split: str, num_tasks: int) -> list[EvalGroup]:
-    """The first `num_tasks` (0: all) of a split of the training source, in its environment."""
-    tasks = source.tasks(split)
+    """The first `num_tasks` (0: all) of a split of the training source (or of `HELDOUT`: test, then
+    validation), in its environment."""
+    tasks = source.tasks("test") + source.tasks("validation") if split == HELDOUT else source.tasks(split)
     return [EvalGroup(source, env, tuple(tasks[:num_tasks] if num_tasks else tasks))]
 
 
