@@ -159,6 +159,42 @@ def test_missing_paths_fail_fast(tmp_path, field):
         from_config_dict(_updated({field: str(tmp_path / "nowhere")}))
 
 
+@pytest.mark.parametrize("field,make,kind", [("sft.data_path", "dir", "a readable file"),
+                                             ("model.checkpoint", "file", "a directory"),
+                                             ("model.tokenizer", "file", "a directory")])
+def test_a_path_of_the_wrong_kind_fails_fast(tmp_path, field, make, kind):
+    path = tmp_path / "thing"
+    path.mkdir() if make == "dir" else path.write_text("{}")
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.") + f".*is not {kind}"):
+        from_config_dict(_updated({field: str(path)}))
+
+
+def test_a_dataset_path_that_is_a_directory_fails_fast(tmp_path):
+    c = quickstart.base().to_dict()
+    c["task"] = {"source": "gsm8k", "train_path": str(tmp_path)}
+    with pytest.raises(ConfigError, match=r"'task\.train_path'.*is not a readable file"):
+        from_config_dict(c)
+    (tmp_path / "train.jsonl").write_text("")
+    os.chmod(tmp_path / "train.jsonl", 0)
+    c["task"]["train_path"] = str(tmp_path / "train.jsonl")
+    if os.access(tmp_path / "train.jsonl", os.R_OK):  # root reads anything: the permission case needs a user
+        return
+    with pytest.raises(ConfigError, match="cannot be read"):
+        from_config_dict(c)
+
+
+@pytest.mark.parametrize("field", ["rl.temperature", "learner.learning_rate", "advantage.eps"])
+def test_a_positive_float_that_is_zero_in_float32_is_refused(field):
+    """1e-50 > 0 in Python, but 0.0 in float32 on the device: temperature 1e-50 would sample greedily."""
+    update = {field: 1e-50}
+    if field == "rl.temperature":
+        update["loss.temperature"] = 1e-50
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.") + ".*is 0 in float32"):
+        from_config_dict(_updated(update))
+    ok = {k: 1e-30 for k in update}  # a float32 subnormal: still positive there
+    from_config_dict(_updated(ok))
+
+
 def test_evaluate_without_checkpoint_fails_fast(tmp_path):
     from trace_jax.run.checkpointing import CheckpointError
     with pytest.raises(CheckpointError, match="does not exist"):

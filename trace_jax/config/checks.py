@@ -10,6 +10,7 @@ import math
 import os
 
 import jax
+import numpy as np
 
 from trace_jax.config.schema import ConfigError, EvalSection, RunConfig, section_classes
 from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
@@ -89,6 +90,9 @@ def check_fields(run: RunConfig) -> None:
             allowed = FIELD_RANGES.get(key)
             if allowed is not None and value not in allowed:
                 raise ConfigError(f"config field '{key}'={value!r} is out of range: allowed {allowed}")
+            if allowed == _POSITIVE and not np.float32(value) > 0:  # used on the device in float32
+                raise ConfigError(f"config field '{key}'={value!r} is 0 in float32, the dtype it is used in: it must "
+                                  f"be at least {float(np.finfo(np.float32).smallest_subnormal):g}")
     if not isinstance(run.seed, int) or isinstance(run.seed, bool) or run.seed not in SEED_RANGE:
         raise ConfigError(f"config field 'seed'={run.seed!r} must be an integer in {SEED_RANGE}")
     if run.budget.m_min > run.budget.m_max:
@@ -97,6 +101,17 @@ def check_fields(run: RunConfig) -> None:
     if run.budget.prompts > run.budget.candidates:
         raise ConfigError(f"config fields 'budget.prompts'={run.budget.prompts} and 'budget.candidates'="
                           f"{run.budget.candidates} conflict: prompts are chosen among the candidates")
+
+
+def require_readable(field: str, path: str, *, directory: bool) -> None:
+    """`path` exists, is a directory (`directory`) or a regular file, and this process may read it."""
+    if not os.path.exists(path):
+        raise ConfigError(f"config field '{field}': path {path!r} does not exist")
+    kind, ok = ("a directory", os.path.isdir(path)) if directory else ("a readable file", os.path.isfile(path))
+    if not ok:
+        raise ConfigError(f"config field '{field}': path {path!r} is not {kind}")
+    if not os.access(path, os.R_OK | (os.X_OK if directory else 0)):
+        raise ConfigError(f"config field '{field}': path {path!r} cannot be read by this process")
 
 
 def _check_dataset(task: TaskConfig, evaluation: EvalSection) -> None:
@@ -109,8 +124,9 @@ def _check_dataset(task: TaskConfig, evaluation: EvalSection) -> None:
                           f"{task.source!r}" + (" (the release's data directory)" if task.source == "bfcl" else ""))
     for field in ("train_path", "test_path", "corpus_path"):
         path = getattr(task, field, "")
-        if path and not os.path.exists(path):
-            raise ConfigError(f"config field 'task.{field}': path {path!r} does not exist")
+        directory = field == "train_path" and task.source in ("bfcl", "bfcl_multi_turn")  # the release's data dir
+        if path:
+            require_readable(f"task.{field}", path, directory=directory)
     if task.source == "search_r1" and not task.corpus_path and not task.search_url:
         raise ConfigError("config field 'task.corpus_path' must name the corpus JSONL for task.source='search_r1' "
                           "(or task.search_url a retrieval server)")
@@ -128,10 +144,10 @@ def check_consistency(run: RunConfig) -> None:
     if not run.model.checkpoint and run.model.preset not in ("tiny", "mini", "small"):
         raise ConfigError(f"config field 'model.checkpoint' is empty: preset {run.model.preset!r} is a real model "
                           "shape and needs local weights (random init is only for tiny/mini/small)")
-    for field, path in (("model.checkpoint", run.model.checkpoint), ("model.tokenizer", run.model.tokenizer),
-                        ("sft.data_path", run.sft.data_path)):
-        if path and not os.path.exists(path):
-            raise ConfigError(f"config field '{field}': path {path!r} does not exist")
+    for field, path, directory in (("model.checkpoint", run.model.checkpoint, True),
+                                   ("model.tokenizer", run.model.tokenizer, True), ("sft.data_path", run.sft.data_path, False)):
+        if path:
+            require_readable(field, path, directory=directory)
     if run.task.action_format not in FORMATS:
         raise ConfigError(f"config field 'task.action_format': unknown format {run.task.action_format!r}; known "
                           f"{sorted(FORMATS)}")
