@@ -56,6 +56,25 @@ def test_the_writer_logs_records_that_read_back_last_wins(tmp_path):
     assert read_steps(str(tmp_path / "nothing")) == []
 
 
+def test_rewinding_to_the_last_checkpoint_forgets_the_final_evaluation_logged_after_it(tmp_path):
+    """The last step's checkpoint precedes the final evaluation: a run stopped during the export resumes there and
+    logs the final evaluation again, so the rewind drops it (`keep_step=False`) while keeping that step's record."""
+    from trace_jax.run.metrics import read_metrics
+    writer = MetricWriter(str(tmp_path))
+    writer.write(0, {"accuracy": 0.1}, prefix="eval/")
+    for step in (1, 2):
+        writer.write_step(step_record(step))
+    writer.write(2, {"accuracy": 0.3}, prefix="eval/")  # the final evaluation, after the step-2 checkpoint
+    writer.rewind(2, keep_step=False)
+    writer.write(2, {"accuracy": 0.3}, prefix="eval/")  # logged again on resume
+    writer.close()
+    evals = [m for m in read_metrics(str(tmp_path)) if "eval/accuracy" in m]
+    assert [m["step"] for m in evals] == [0, 2] and [r.step for r in read_steps(str(tmp_path))] == [1, 2]
+    writer = MetricWriter(str(tmp_path))
+    writer.rewind(2)  # an intermediate checkpoint's evaluation is logged before it: kept
+    assert [m["step"] for m in read_metrics(str(tmp_path)) if "eval/accuracy" in m] == [0, 2]
+
+
 def test_scalars_are_flat_and_finite():
     scalars = _full().scalars()
     assert scalars["ledger/rollouts_started"] == 12 and scalars["learner/loss"] == 0.1

@@ -172,6 +172,25 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path, subprocess_env):
     assert os.path.isdir(workdir / "checkpoints" / str(summary["steps"]))  # saved although every=100
 
 
+def test_a_stop_during_the_export_resumes_with_every_metrics_row_once(finished, tmp_path, monkeypatch):
+    """The final evaluation is logged after the last checkpoint and before the export: a run stopped in the export
+    resumes at the last step, evaluates again and logs that row once, as an uninterrupted run does."""
+    real_save = train.hf_io.save
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt("stopped during the export")
+
+    monkeypatch.setattr(train.hf_io, "save", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_and_evaluate(_config(), str(tmp_path))
+    monkeypatch.setattr(train.hf_io, "save", real_save)
+    summary = train.train_and_evaluate(_config(), str(tmp_path))
+    full, full_summary = finished
+    rows = lambda w: [(m["step"], sorted(k for k in m if k.startswith("eval/"))) for m in read_metrics(str(w))  # noqa: E731
+                      if any(k.startswith("eval/") for k in m)]
+    assert rows(tmp_path) == rows(full) and summary["acc_after_rl"] == full_summary["acc_after_rl"]
+
+
 def test_a_checkpoint_is_resumed_only_under_the_settings_it_was_made_under(finished):
     full, summary = finished
     with pytest.raises(ConfigError, match=r"checkpoints .*learner.learning_rate: 0.0001 there, 0.5 now"):

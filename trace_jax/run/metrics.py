@@ -48,15 +48,17 @@ class MetricWriter:
         append_step(self.workdir, record)
         self._tensorboard(record.step, {f"train/{k}": v for k, v in record.scalars().items()})
 
-    def rewind(self, step: int, *, prefix: str = "eval/") -> None:
+    def rewind(self, step: int, *, prefix: str = "eval/", keep_step: bool = True) -> None:
         """Forgets what was logged after `step` (scalars under `prefix`; with the RL prefix "eval/",
         the step records too): a run resumed from a checkpoint at `step` logs those steps again, and
-        each step must appear once."""
+        each step must appear once. `keep_step=False` forgets the scalars under `prefix` at `step` itself too
+        (the final evaluation, logged after the last checkpoint: a run stopped during the export logs it again)."""
         if not self.enabled:
             return
         if prefix == "eval/":
             _rewrite(os.path.join(self.workdir, STEPS_FILE), lambda row: row["step"] <= step)
-        _rewrite(self.path, lambda row: row["step"] <= step or not any(k.startswith(prefix) for k in row))
+        _rewrite(self.path, lambda row: (row["step"] < step or (keep_step and row["step"] == step)
+                                         or not any(k.startswith(prefix) for k in row)))
 
     def _tensorboard(self, step: int, scalars: Mapping[str, float | None]) -> None:
         if self._tb is not None:

@@ -177,7 +177,9 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
                 f"config field 'rl.steps'={run.rl.steps} is below the step of the checkpoint to resume "
                 f"({start}, in {ckpt.directory}): its params are later than the run asked for; use "
                 f"rl.steps >= {start} or another workdir")
-        writer.rewind(start)  # steps logged after that checkpoint are logged again below
+        # steps logged after that checkpoint are logged again below; at the last step the checkpoint precedes the
+        # final evaluation, which is logged again too (a stop during it or the export must not leave it twice)
+        writer.rewind(start, keep_step=start < run.rl.steps)
         log(f"resumed at step {start} from {ckpt.directory}")
     learn, params, opt_state = _learner(setup, optimizer, params, opt_state)
 
