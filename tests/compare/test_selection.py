@@ -183,3 +183,23 @@ def test_the_decisive_config_fixes_the_plans_design_mdd_as_its_margin():
     assert "**0.63 pts**" in plan  # the design's MDD at 8 x 1000, in the plan's table
     assert compare_math.get_config("mixed,decisive").compare.equivalence_margin == pytest.approx(0.0063)
     assert compare_math.get_config("mixed").compare.equivalence_margin == 0.0
+
+
+def test_the_primary_endpoint_is_the_configured_pair_and_its_arms_get_the_primary_seeds():
+    """compare.primary = (a, b): the endpoint is a - b (the stage ablation's TRACE - stage1_only), and primary_seeds
+    go to a and b only."""
+    rng = np.random.default_rng(2)
+    base_outcomes = {s: rng.random(60) for s in range(3)}
+    outcomes = {kind: {"grpo": base_outcomes, "stage1_only": {s: o + 0.02 for s, o in base_outcomes.items()},
+                       "trace": {s: o + 0.05 for s, o in base_outcomes.items()}} for kind in ("greedy", "sampled")}
+    arms = {"stage1_only": {"allocator": {"name": "trace", "prefixes": "none"}}}
+    compare = grid.CompareSection(allocators=("grpo", "stage1_only", "trace"), arms=arms, endpoint="sampled",
+                                  primary=("trace", "stage1_only"), seeds=(0, 1), primary_seeds=(0, 1, 2))
+    base_run = from_config_dict(grid.split_config(compare_multihop.get_config())[1])
+    paired = {kind: report.paired_vs("grpo", v, seed=0) for kind, v in outcomes.items()}
+    primary = report_files.primary_endpoint(compare, paired, outcomes, base_run, "")
+    assert primary["pair"] == ["trace", "stage1_only"] and primary["diff"] == pytest.approx(0.03)
+    assert {v.name: grid.seeds_of(v, compare) for v in grid.variants(compare)} == {
+        "grpo": (0, 1), "stage1_only": (0, 1, 2), "trace": (0, 1, 2)}
+    with pytest.raises(ValueError, match="two different arms"):
+        grid.CompareSection(primary=("trace", "trace"))

@@ -27,7 +27,6 @@ ARMS: dict[str, dict[str, object]] = {
     "trace": {"allocator.name": "trace", "allocator.prefix_budget": "local", "allocator.holdout": TRACE_HOLDOUT},
     "trace_global": {"allocator.name": "trace", "allocator.prefix_budget": "global"},
 }
-PRIMARY_ARMS = ("grpo", "trace", "trace_global")  # the primary endpoint is TRACE - GRPO; both TRACE modes
 
 # Each ablation: variant name -> config overrides ("section.field": value). Every variant spends the
 # same budget; the baselines in the stages table are the uniform cells of the paper's uniform/active table.
@@ -77,7 +76,8 @@ class CompareSection:
         usable in `allocators` beside ARMS and the registered allocators (a name here replaces ARMS's). A study
         that defines its arms gets exactly them in the mechanism study too (no MECHANISM_EXTRA).
       seeds: RL seeds; every (variant, seed) starts from the same SFT checkpoint.
-      primary_seeds: the seeds of the primary endpoint's arms (PRIMARY_ARMS: grpo and trace) when they
+      primary: the primary endpoint's two arms (a, b): the difference a - b (TRACE - GRPO by default).
+      primary_seeds: the seeds of the primary endpoint's arms (`primary`) when they
         run more than the others (() = `seeds`).
       results: a directory (say experiments/results/powered_math) that keeps every finished run's result
         files, the shared evaluation of the SFT start and its params digest; a grid resumes from it on
@@ -116,6 +116,7 @@ class CompareSection:
     arm_settings: dict = dataclasses.field(default_factory=dict)
     arms: dict = dataclasses.field(default_factory=dict)
     seeds: tuple[int, ...] = (0, 1, 2)
+    primary: tuple[str, str] = ("trace", "grpo")
     primary_seeds: tuple[int, ...] = ()
     results: str = ""
     ablation: str = ""
@@ -152,6 +153,8 @@ class CompareSection:
             raise ValueError(f"ablation {self.ablation!r} unknown; known {sorted(ABLATIONS)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds}")
+        if len(self.primary) != 2 or len(set(self.primary)) != 2:
+            raise ValueError(f"primary must name two different arms (a, b) of the endpoint a - b, got {self.primary}")
         if len(set(self.primary_seeds)) != len(self.primary_seeds):
             raise ValueError(f"primary_seeds must be distinct, got {self.primary_seeds}")
         if self.study not in ("", "mechanism", "generalization"):
@@ -188,7 +191,7 @@ def split_config(config) -> tuple[CompareSection, dict]:
     for key in given:
         if key not in fields:
             raise schema.ConfigError(f"config field 'compare.{key}' does not exist; compare has {sorted(fields)}")
-    for key in ("allocators", "seeds", "primary_seeds"):
+    for key in ("allocators", "seeds", "primary", "primary_seeds"):
         if key in given:
             given[key] = tuple(given[key])
     for key in ("sweep", "arm_settings", "arms"):
@@ -283,7 +286,7 @@ def mechanism_variants(base: dict, compare: CompareSection) -> list[tuple[str, s
 
 def seeds_of(variant: Variant, compare: CompareSection) -> tuple[int, ...]:
     """A variant's seeds: `primary_seeds` for the primary endpoint's arms when set, else `seeds`."""
-    if compare.primary_seeds and not compare.ablation and arm_of(variant.name) in PRIMARY_ARMS:
+    if compare.primary_seeds and not compare.ablation and arm_of(variant.name) in compare.primary:
         return compare.primary_seeds
     return compare.seeds
 

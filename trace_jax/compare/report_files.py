@@ -36,15 +36,19 @@ def seeds_text(seeds: dict[str, list[int]]) -> str:
 
 def primary_endpoint(compare: grid.CompareSection, paired: dict[str, dict], outcomes: dict[str, dict],
                      base_run: schema.RunConfig, framing_text: str) -> dict | None:
-    """TRACE - GRPO on `compare.endpoint`'s per-task outcomes after the last step (from `paired`, every variant
-    minus GRPO per outcome kind: the PairedDifference JSON with its decision), with the key secondary TRACE - PCL
-    where PCL ran and every arm's own settings; None until TRACE and GRPO share a finished seed."""
-    primary = paired[compare.endpoint].get("trace")
+    """`compare.primary`'s a - b (TRACE - GRPO by default) on `compare.endpoint`'s per-task outcomes after the last
+    step (from `paired`, every variant minus GRPO per outcome kind, when b is GRPO: the PairedDifference JSON with its
+    decision), with the key secondary TRACE - PCL where PCL ran and every arm's own settings; None until a and b
+    share a finished seed."""
+    a, b = compare.primary
+    primary = (paired[compare.endpoint] if b == "grpo" else
+               report.paired_vs(b, outcomes[compare.endpoint], margin=compare.equivalence_margin,
+                                seed=base_run.seed)).get(a)
     if primary is None:
         return None
     versus_pcl = report.paired_vs("pcl", outcomes[compare.endpoint], margin=compare.equivalence_margin,
                                   seed=base_run.seed).get("trace")
-    return {**primary, "endpoint": compare.endpoint, "framing": framing_text, "task": base_run.task.source,
+    return {**primary, "pair": [a, b], "endpoint": compare.endpoint, "framing": framing_text, "task": base_run.task.source,
             "arms_settings": {arm: compare.arm_settings.get(arm, {}) for arm in compare.allocators},
             "trace_vs_pcl": versus_pcl}
 
