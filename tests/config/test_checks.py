@@ -324,3 +324,13 @@ def test_a_multi_process_run_needs_a_mesh_over_every_process(monkeypatch):
     c.mesh.data = 2
     c.learner.micro_batch = 8
     assert from_config_dict(c).mesh.data == 2
+
+
+def test_an_empty_evaluation_set_is_refused_naming_the_field(tmp_path):
+    """So few questions that no held-out task remains: before, the run trained and reported accuracy 0.0 over zero
+    tasks."""
+    from trace_jax.run import experiment
+    c = quickstart.get_config("runlocal")
+    c.task.num_questions = 3
+    with pytest.raises(ConfigError, match=r"'eval\.split'='test': the source holds no task.*task\.num_questions=3"):
+        experiment.build(c, str(tmp_path))

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from trace_jax.envs.bfcl.single_turn import bfcl_check, load_bfcl
-from trace_jax.envs.loaders import (DataError, load_corpus, load_gsm8k, load_hotpotqa,
+from trace_jax.envs.loaders import (DataError, load_corpus, load_gsm8k, load_hotpotqa, load_math_problems,
                                     load_search_r1)
 from trace_jax.envs.tools.functions import Call, parse_call
 from trace_jax.envs.tools.search import SearchIndex
@@ -252,7 +252,7 @@ def test_bfcl_values_follow_the_official_rules():
     assert not bfcl_check([call], gt, docs)  # 'rooms' is not documented: the official checker refuses it too
 
 
-@pytest.mark.parametrize("final", ["nan", "inf", "-inf", "NaN"])
+@pytest.mark.parametrize("final", ["nan", "inf", "-inf", "NaN", "1_000", "\u0661\u0662", "1e400"])
 def test_gsm8k_gold_that_is_not_a_finite_number_is_named(tmp_path, final):
     path = _write_jsonl(tmp_path / "test.jsonl", [{"question": "q", "answer": "1\n#### 2"},
                                                   {"question": "q2", "answer": f"x\n#### {final}"}])
@@ -304,3 +304,34 @@ def test_a_test_file_that_is_the_training_file_is_named(tmp_path):
     path = _write_jsonl(tmp_path / "g.jsonl", [{"question": f"q{i}", "answer": f"x\n#### {i}"} for i in range(5)])
     with pytest.raises(DataError, match="train_path = task.test_path"):
         GSM8KTasks(train_path=path, test_path=path)
+
+
+@pytest.mark.parametrize("ids", [("a1", "a1"), (7, "7"), (" x", "x ")])
+def test_repeated_ids_are_named_for_hotpotqa(tmp_path, ids):
+    """An int id and its string form (or the same id padded) are one id: two questions would share a per-prompt
+    history in mopps and knapsack."""
+    rows = [dict(HOTPOT[0], _id=ids[0]), dict(HOTPOT[0], _id=ids[1], question="Another question?")]
+    path = tmp_path / "hotpot.json"
+    path.write_text(json.dumps(rows))
+    with pytest.raises(DataError, match=r"hotpot\.json: record 2: id .* is also the id of .*record 1"):
+        load_hotpotqa(str(path))
+
+
+def test_repeated_ids_are_named_for_search_r1(tmp_path):
+    rows = [{"id": "q1", "question": "a?", "golden_answers": ["x"]}, {"id": "q1", "question": "b?", "golden_answers": ["y"]}]
+    with pytest.raises(DataError, match=r"train\.jsonl:2: id 'q1' is also the id of .*train\.jsonl:1"):
+        load_search_r1(_write_jsonl(tmp_path / "train.jsonl", rows))
+    rows = [{"id": 1, "question": "a?", "golden_answers": ["x"]}, {"question": "b?", "golden_answers": ["y"]}]
+    with pytest.raises(DataError, match="is also the id"):  # an explicit id 1 and the second row's position 1
+        load_search_r1(_write_jsonl(tmp_path / "train2.jsonl", rows))
+
+
+@pytest.mark.parametrize("row,message", [({"problem": "p", "answer": float("nan")}, "not an answer"),
+                                         ({"problem": "p", "answer": "NaN"}, "'NaN'"),
+                                         ({"problem": "p", "answer": "7", "level": float("inf")}, "not a finite difficulty")])
+def test_math_rows_with_non_finite_gold_or_level_are_named(tmp_path, row, message):
+    path = tmp_path / "math.json"
+    path.write_text(json.dumps([{"problem": "q", "answer": "1"}, row]))  # json writes NaN / Infinity
+    with pytest.raises(DataError, match=rf"math\.json: record 2: .*{message}"):
+        load_math_problems(str(path))
+

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,11 +141,27 @@ def require_field(row: dict, key: str, kind, where: str):
 _LEVELS = {"easy": 1, "medium": 2, "hard": 3}
 
 
+def unique_ids(ids: list[tuple[str, str]]) -> None:
+    """Task ids (id, where) are unique after normalisation (the id's text, stripped: an int id and its string form are
+    one id): allocators with per-prompt histories (mopps, knapsack) key them on the id."""
+    first: dict[str, str] = {}
+    for task_id, where in ids:
+        key = str(task_id).strip()
+        if key in first:
+            raise DataError(f"{where}: id {task_id!r} is also the id of {first[key]}: ids must be unique (per-prompt "
+                            "histories are kept by id)")
+        first[key] = where
+
+
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
 def load_hotpotqa(path: str) -> tuple[list[Task], list[Document]]:
     """HotpotQA JSON (a list of {_id, question, answer, level, context}) -> tasks + a corpus from contexts."""
-    tasks, docs, seen_titles = [], [], set()
+    tasks, docs, seen_titles, ids = [], [], set(), []
     for where, row in _rows(path):
-        qid = str(require_field(row, "_id", (str, int), where))
+        qid = str(require_field(row, "_id", (str, int), where)).strip()
+        ids.append((qid, where))
         question = require_field(row, "question", str, where)
         (answer,) = answerable((require_field(row, "answer", str, where),), where)
         context = require_field(row, "context", list, where)
@@ -165,6 +182,7 @@ def load_hotpotqa(path: str) -> tuple[list[Task], list[Document]]:
                           difficulty=_LEVELS.get(level, 2), split=split_of(question),
                           data={"type": row.get("type"),
                                 "supporting_titles": list(dict.fromkeys(f[0] for f in facts))}))
+    unique_ids(ids)
     return tasks, docs
 
 
@@ -220,11 +238,14 @@ def qa_row(row: dict, where: str) -> tuple[str, list[str]]:
 def load_search_r1(path: str) -> list[Task]:
     """Search-R1 / FlashRAG rows (`question`, `golden_answers`) or Search-R1's processed verl rows
     (`prompt`, `reward_model.ground_truth.target`), JSONL, JSON or Parquet; optional `id`, `data_source`."""
-    tasks = []
+    tasks, ids = [], []
     for where, row in _rows(path):
         question, answers = qa_row(row, where)
-        tasks.append(Task(id=f"search_r1/{row.get('id', len(tasks))}", question=question, answers=tuple(answers),
+        task_id = str(row.get("id", len(tasks))).strip()  # rows without ids: by position
+        ids.append((task_id, where))
+        tasks.append(Task(id=f"search_r1/{task_id}", question=question, answers=tuple(answers),
                           split=split_of(question), data={"source": row.get("data_source")}))
+    unique_ids(ids)
     return tasks
 
 
@@ -257,12 +278,11 @@ def load_gsm8k(path: str) -> list[Task]:
                 raise DataError(f"{where}: field 'answer' has no '#### <number>' final line")
             final = answer.rsplit("####", 1)[1]
         final = final.strip().replace(",", "")
-        try:
-            finite = math.isfinite(float(final))
-        except ValueError:
-            finite = False
-        if not finite:
-            raise DataError(f"{where}: final answer {final!r} is not a finite number")
+        # a plain ASCII number, as the scorer reads it: float() also takes "1_000" (the scorer reads 0) and
+        # non-ASCII digits, "nan" and "inf"
+        if not _PLAIN_NUMBER.fullmatch(final) or not math.isfinite(float(final)):
+            raise DataError(f"{where}: final answer {final!r} is not a finite number in plain ASCII digits (as "
+                            "'1234', '-3.5' or '2e-7'), the form the scorer matches")
         steps = answer.count("<<") or answer.count("\n")
         tasks.append(Task(id=f"gsm8k/{len(tasks)}", question=question, answers=(final,), difficulty=max(1, steps),
                           split=split_of(question), data={"solution": answer}))
@@ -280,10 +300,14 @@ def load_math_problems(path: str) -> list[Task]:
         if not isinstance(question, str) or not question.strip():
             raise DataError(f"{where}: missing field 'problem' (a non-empty string; 'question' also works)")
         answer = require_field(row, "answer", (str, int, float), where)
+        if isinstance(answer, float) and not math.isfinite(answer):
+            raise DataError(f"{where}: field 'answer' is {answer!r}, not an answer a model can give")
         answer = str(answer).strip()
-        if not answer:
-            raise DataError(f"{where}: field 'answer' is empty")
+        if not answer or answer.lower() in ("nan", "inf", "-inf", "+inf"):
+            raise DataError(f"{where}: field 'answer' is {'empty' if not answer else repr(answer)}")
         level = row.get("level", 1)
+        if isinstance(level, float) and not math.isfinite(level):
+            raise DataError(f"{where}: field 'level' is {level!r}, not a finite difficulty")
         difficulty = int(level) if isinstance(level, (int, float)) and not isinstance(level, bool) and level >= 1 else 1
         tasks.append(Task(id=f"math/{len(tasks)}", question=question, answers=(answer,), difficulty=difficulty,
                           split=split_of(question), data={"solution": str(row.get("solution") or "")}))

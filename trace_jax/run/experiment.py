@@ -90,10 +90,16 @@ def _world(task: TaskConfig):
 
 
 def _eval_groups(run: schema.RunConfig, source, env) -> list[EvalGroup]:
+    """The held-out set; refused (before any compute) when it holds no task: accuracy over zero tasks reads 0.0."""
     if run.eval.split == SEPARATE:
         return separate_eval_set(lambda seed: _world(dataclasses.replace(run.task, seed=seed)), source,
                                  run.eval.num_tasks, seed=run.task.seed)
-    return split_eval_set(source, env, run.eval.split, run.eval.num_tasks)
+    groups = split_eval_set(source, env, run.eval.split, run.eval.num_tasks)
+    if not flat_tasks(groups):
+        size = f" (task.num_questions={run.task.num_questions})" if hasattr(run.task, "num_questions") else ""
+        raise schema.ConfigError(f"config field 'eval.split'={run.eval.split!r}: the source holds no task in that split"
+                                 f"{size}; ask for more questions or evaluate on another split")
+    return groups
 
 
 def _tokenizer(run: schema.RunConfig, source, workdir: str):
