@@ -141,6 +141,26 @@ def test_shape_mismatch_names_file_and_tensor(checkpoint_copy):
         hf_io.load(str(checkpoint_copy))
 
 
+def test_a_non_float_tensor_is_named_not_cast(checkpoint_copy):
+    def integers(t):
+        name = "model.layers.0.mlp.down_proj.weight"
+        t[name] = t[name].astype(np.int32)
+    _edit_tensors(checkpoint_copy, integers)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: tensor 'model\.layers\.0\.mlp\.down_proj\.weight' "
+                                              r"is stored as I32, not a float dtype"):
+        hf_io.load(str(checkpoint_copy))
+
+
+@pytest.mark.parametrize("change,culprit", [({"num_attention_heads": 0}, "num_attention_heads"),
+                                            ({"rms_norm_eps": "tiny"}, "rms_norm_eps")])
+def test_a_malformed_config_field_is_a_checkpoint_error_naming_it(checkpoint_copy, change, culprit):
+    cfg = json.loads((checkpoint_copy / "config.json").read_text())
+    cfg.update(change)
+    (checkpoint_copy / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=rf"config\.json: field '{culprit}'"):
+        hf_io.load(str(checkpoint_copy))
+
+
 def test_corrupt_file_is_named(checkpoint_copy):
     (checkpoint_copy / "model.safetensors").write_bytes(b"\x00garbage" * 10)
     with pytest.raises(CheckpointError, match=r"model\.safetensors"):
@@ -167,3 +187,29 @@ def test_save_rejects_params_of_another_config(tmp_path):
     params = init_params(get_preset("tiny"), 0)
     with pytest.raises(CheckpointError, match="shape"):
         hf_io.save(str(tmp_path), get_preset("tiny", hidden_size=32), params)
+
+
+def test_a_checkpoint_without_tokenizer_files_or_with_a_larger_tokenizer_is_named_before_its_tensors(tmp_path):
+    """A checkpoint directory without tokenizer files gave an empty AutoTokenizer and a misleading error later; a
+    tokenizer larger than the embedding gave out-of-range ids. Both are refused by `build`, before any tensor is read."""
+    from configs import quickstart
+    from trace_jax.config.schema import ConfigError
+    from trace_jax.run import experiment
+    from trace_jax.testing.checkpoints import write_tiny_qwen3_checkpoint
+
+    checkpoint = write_tiny_qwen3_checkpoint(str(tmp_path / "checkpoint"))
+    c = quickstart.get_config("runlocal")
+    c.model.checkpoint, c.task.action_format = checkpoint, "hermes"
+    experiment.build(c, str(tmp_path / "ok"))  # as written: loads
+    cfg = json.loads((tmp_path / "checkpoint" / "config.json").read_text())
+    cfg["vocab_size"] = 64  # fewer rows than the tokenizer has tokens
+    (tmp_path / "checkpoint" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=r"tokenizer has \d+ tokens but the checkpoint's config .* vocab_size 64"):
+        experiment.build(c, str(tmp_path / "small_vocab"))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tmp_path / "checkpoint" / name, bare / name)
+    c.model.checkpoint = str(bare)
+    with pytest.raises(CheckpointError, match=r"'model\.checkpoint': .*bare: no tokenizer files"):
+        experiment.build(c, str(tmp_path / "bare_run"))

@@ -8,6 +8,7 @@ Frozen and hashable, so it can be a static argument of `jax.jit`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax.numpy as jnp
@@ -180,12 +181,74 @@ def _rope_from_hf(hf: dict[str, Any], where: str) -> RopeConfig:
     kwargs.pop("rope_type", None)
     if rope_type in ("llama3", "yarn") and "original_max_position_embeddings" not in kwargs:
         raise UnsupportedConfigError(f"{where}: rope_type {rope_type!r} needs original_max_position_embeddings")
+    for key, value in kwargs.items():
+        number = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        if (key == "truncate" and not isinstance(value, bool)) or (key != "truncate" and not number):
+            raise UnsupportedConfigError(f"{where}: RoPE field {key!r}={value!r} must be "
+                                         f"{'true or false' if key == 'truncate' else 'a finite number'}")
     return RopeConfig(rope_type=rope_type, theta=float(theta), **kwargs)
+
+
+_POSITIVE_INTS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+_OPTIONAL_POSITIVE_INTS = ("num_key_value_heads", "head_dim", "max_position_embeddings")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_hf_fields(hf: dict[str, Any], where: str) -> None:
+    """Types and ranges of the config.json fields the model is built from, each error naming the file and field:
+    sizes are integers >= 1 (not strings, floats or null), heads divide evenly, the norm epsilon is a finite
+    positive number, token ids are integers inside the vocabulary, rope_scaling is an object or null."""
+    def bad(field: str, why: str):
+        raise UnsupportedConfigError(f"{where}: field {field!r}={hf.get(field)!r} {why}")
+
+    # null means "the default" for the kv heads and head_dim (HF's convention), not for the positions
+    given = tuple(f for f in _OPTIONAL_POSITIVE_INTS if hf.get(f) is not None or (f == "max_position_embeddings"
+                                                                                    and f in hf))
+    for field in _POSITIVE_INTS + given:
+        if not _is_int(hf[field]) or hf[field] < 1:
+            bad(field, "must be an integer >= 1")
+    heads, kv = hf["num_attention_heads"], hf.get("num_key_value_heads") or hf["num_attention_heads"]
+    if heads % kv:
+        bad("num_key_value_heads", f"must divide num_attention_heads={heads}")
+    if hf.get("head_dim") is None and hf["hidden_size"] % heads:
+        bad("hidden_size", f"must be a multiple of num_attention_heads={heads} when head_dim is not given")
+    eps = hf.get("rms_norm_eps", 1e-6)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        bad("rms_norm_eps", "must be a finite number > 0")
+    if hf.get("rope_theta") is not None and (isinstance(hf["rope_theta"], bool)
+                                             or not isinstance(hf["rope_theta"], (int, float))
+                                             or not math.isfinite(hf["rope_theta"]) or hf["rope_theta"] <= 0):
+        bad("rope_theta", "must be a finite number > 0")
+    for field in ("rope_scaling", "rope_parameters"):
+        if hf.get(field) is not None and not isinstance(hf[field], dict):
+            bad(field, "must be an object or null")
+    for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        ids = hf.get(field)
+        ids = ids if isinstance(ids, list) else [] if ids is None else [ids]
+        if not all(_is_int(i) and 0 <= i < hf["vocab_size"] for i in ids):
+            bad(field, f"must be token ids (integers in [0, vocab_size={hf['vocab_size']}))")
+
+
+def _rope(hf: dict[str, Any], where: str):
+    """The RoPE settings, a malformed value inside rope_scaling / rope_parameters named instead of a raw error."""
+    try:
+        return _rope_from_hf(hf, where)
+    except UnsupportedConfigError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise UnsupportedConfigError(f"{where}: malformed RoPE settings (rope_scaling / rope_parameters / "
+                                     f"rope_theta): {type(e).__name__}: {e}") from None
 
 
 def config_from_hf(hf: dict[str, Any], *, param_dtype: str = "float32", dtype: str | None = None,
                    where: str = "config.json") -> ModelConfig:
-    """Translates an HF `config.json` dict; `where` names the file in error messages."""
+    """Translates an HF `config.json` dict; `where` names the file in error messages. Every field is checked
+    with the run config's field-level rules (`check_hf_fields`) before anything is built from it."""
+    if not isinstance(hf, dict):
+        raise UnsupportedConfigError(f"{where}: expected a JSON object, got {type(hf).__name__}")
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         archs = hf.get("architectures")
@@ -201,6 +264,7 @@ def config_from_hf(hf: dict[str, Any], *, param_dtype: str = "float32", dtype: s
                            "num_attention_heads") if k not in hf]
     if missing:
         raise UnsupportedConfigError(f"{where}: missing required fields {missing}")
+    check_hf_fields(hf, where)
     heads = hf["num_attention_heads"]
     attention_bias = bool(hf.get("attention_bias", False))
     eos = hf.get("eos_token_id")
@@ -215,7 +279,7 @@ def config_from_hf(hf: dict[str, Any], *, param_dtype: str = "float32", dtype: s
         num_kv_heads=hf.get("num_key_value_heads") or heads,
         head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        rope=_rope_from_hf(hf, where),
+        rope=_rope(hf, where),
         qk_norm=model_type == "qwen3",
         qkv_bias=True if model_type == "qwen2" else attention_bias,
         o_bias=False if model_type == "qwen2" else attention_bias,

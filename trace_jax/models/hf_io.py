@@ -24,6 +24,7 @@ from trace_jax.models.config import ModelConfig, UnsupportedConfigError, config_
 from trace_jax.models.transformer import Params, param_shapes
 
 INDEX_FILE = "model.safetensors.index.json"
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64", "F8")  # safetensors dtype names of weights
 # Tensors that checkpoints may carry but the model recomputes or shares.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -168,6 +169,9 @@ def load(path: str, *, dtype: str = "float32", compute_dtype: str | None = None,
             names, transposed = plan[p]
             per_layer = shape_dtype.shape[1:] if len(names) > 1 or p[0] == "layers" else shape_dtype.shape
             for name in names:
+                stored = str(tensor(name).get_dtype())
+                if not stored.startswith(FLOAT_DTYPES):  # an integer or bool tensor is not weights: no silent cast
+                    raise CheckpointError(f"{files[name]}: tensor {name!r} is stored as {stored}, not a float dtype")
                 hf_shape = tuple(tensor(name).get_shape())
                 want = tuple(reversed(per_layer)) if transposed else tuple(per_layer)
                 if hf_shape != want:

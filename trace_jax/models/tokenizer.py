@@ -86,13 +86,22 @@ def build_tokenizer(out_dir: str, *, texts: Iterable[str] | None = None, vocab_s
     return out_dir
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
 def load_tokenizer(path: str):
     """`transformers.AutoTokenizer` from a local directory; never touches the network."""
     from transformers import AutoTokenizer
 
     if not os.path.isdir(path):
         raise FileNotFoundError(f"tokenizer directory {path!r} does not exist or is not a directory")
+    if not any(os.path.exists(os.path.join(path, name)) for name in TOKENIZER_FILES):
+        raise ValueError(f"{path}: no tokenizer files (none of {list(TOKENIZER_FILES)}): a checkpoint directory "
+                         "without its tokenizer needs model.tokenizer set to one")
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot load a tokenizer from this directory: {e}") from e
+    if len(tokenizer) == 0:
+        raise ValueError(f"{path}: the tokenizer loaded from this directory has no tokens")
+    return tokenizer

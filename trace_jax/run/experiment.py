@@ -106,7 +106,10 @@ def _tokenizer(run: schema.RunConfig, source, workdir: str):
     if run.model.tokenizer:
         return load_tokenizer(run.model.tokenizer)
     if run.model.checkpoint:
-        return load_tokenizer(run.model.checkpoint)
+        try:
+            return load_tokenizer(run.model.checkpoint)
+        except (ValueError, FileNotFoundError) as e:
+            raise hf_io.CheckpointError(f"config field 'model.checkpoint': {e}") from None
     path = os.path.join(workdir, "tokenizer")
     if not os.path.exists(os.path.join(path, "tokenizer.json")):
         # The bundled BPE, trained on this task's own text (oracle episodes) plus generic lines.
@@ -134,6 +137,12 @@ def _require_positions(run: schema.RunConfig, positions: int) -> None:
                                          "(max_position_embeddings)")
 
 
+def _require_vocabulary(tokenizer, vocab_size: int, what: str) -> None:
+    """Every token id the tokenizer can produce has an embedding row (else: out-of-range ids, silent NaN logits)."""
+    if len(tokenizer) > vocab_size:
+        raise schema.ConfigError(f"tokenizer has {len(tokenizer)} tokens but {what} has vocab_size {vocab_size}")
+
+
 def build(config, workdir: str) -> Setup:
     """Validates the config (failing before compute) and builds model, tokenizer, task source, env."""
     run = config if isinstance(config, schema.RunConfig) else from_config_dict(config)
@@ -141,14 +150,14 @@ def build(config, workdir: str) -> Setup:
     source, env = _world(run.task)
     tokenizer = _tokenizer(run, source, workdir)
     if run.model.checkpoint:
+        _require_vocabulary(tokenizer, hf_io.read_config(run.model.checkpoint).vocab_size,
+                            f"the checkpoint's config ({run.model.checkpoint}/config.json)")  # before any tensor is read
         model_config, params = hf_io.load(run.model.checkpoint, dtype=run.model.param_dtype,
                                           compute_dtype=run.model.dtype)
         renderer = ChatRenderer.for_format(tokenizer, run.task.action_format, _template_args(run.task))
     else:
         model_config = get_preset(run.model.preset, param_dtype=run.model.param_dtype, dtype=run.model.dtype)
-        if len(tokenizer) > model_config.vocab_size:
-            raise schema.ConfigError(f"tokenizer has {len(tokenizer)} tokens but model preset "
-                                         f"{run.model.preset!r} has vocab_size {model_config.vocab_size}")
+        _require_vocabulary(tokenizer, model_config.vocab_size, f"model preset {run.model.preset!r}")
         params = init_params(model_config, run.seed)
         action_format = FORMATS[run.task.action_format]
         renderer = (ChatRenderer.for_format(tokenizer, run.task.action_format, _template_args(run.task))
