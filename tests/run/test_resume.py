@@ -238,3 +238,20 @@ def test_the_decode_schedule_reaches_the_rollout_engine(tmp_path):
     assert experiment.build(_config(**changes), str(tmp_path)).policy().batching == Batching(3, 4, overlap_tools=False,
                                                                                         keep_prefixes=False)
     assert experiment.build(_config(), str(tmp_path)).policy().batching == Batching()
+
+
+def test_two_runs_on_one_machine_are_bit_identical(finished, tmp_path):
+    """The same config trained twice in one process on one machine: every step record (wall times aside), the
+    metrics and the exported weights are identical (another machine's float arithmetic may not be:
+    docs/results.md, "Does a seed reproduce?")."""
+    from safetensors.numpy import load_file
+
+    full, full_summary = finished
+    summary = train.train_and_evaluate(_config(), str(tmp_path))
+    assert _train_metrics(tmp_path) == _train_metrics(full)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "time"} for r in rows]  # noqa: E731
+    assert strip(read_metrics(str(tmp_path))) == strip(read_metrics(str(full)))
+    a, b = (load_file(os.path.join(w, "export", "model.safetensors")) for w in (tmp_path, full))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert {k: v for k, v in summary.items() if not k.endswith("_s")} == \
+        {k: v for k, v in full_summary.items() if not k.endswith("_s")}
