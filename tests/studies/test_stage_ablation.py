@@ -18,7 +18,8 @@ def test_the_pilot_config_is_the_planned_pool_and_arms():
     compare, base = grid.split_config(config.get_config("pilot"))
     run = from_config_dict(base)
     assert (run.task.source, run.task.max_difficulty, run.sft.max_difficulty) == ("multihop", 4, 0)
-    assert (run.task.world_scale, run.eval.split, run.eval.num_tasks) == (6, "test", 0)
+    assert (run.task.world_scale, run.eval.split, run.eval.num_tasks) == (3, "heldout", 0)
+    assert (run.sft.num_demos, run.sft.steps) == (6000, 2400)
     assert compare.unit == "tokens" and compare.mechanism_steps == 60 and compare.mechanism_advantage == "trace_tree"
     runs = dict(grid.mechanism_variants(base, compare))
     assert set(runs) == {"grpo", "stage1_only", *pilot.ACTIVE, pilot.RANDOM_ARM}
