@@ -16,6 +16,7 @@ writes the training world's names instead of copying unseen ones, see configs/co
 `:runlocal`: either, shrunk to a smoke run (tiny steps; for tests and a first look).
 """
 
+import json
 import os
 
 import ml_collections
@@ -84,7 +85,32 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     return c
 
 
+PILOT_DECISION = os.path.join(RESULTS, "pilot", "decision.json")  # written by pilot.py
+CONFIRM_SEEDS, CONFIRM_PRIMARY_SEEDS = tuple(range(6)), tuple(range(12))
+CONFIRM_MARGIN = 0.005  # PLAN.md: +/-0.5 points, fixed before the first confirmatory run
+
+
 def _confirm(c: ml_collections.ConfigDict) -> None:
-    """The confirmatory grid: fixed by PLAN.md after the pilot, before its first run."""
-    raise ValueError("`confirm` is fixed in studies/stage_ablation/PLAN.md after the pilot's go; the pilot has not "
-                     "decided yet (run `:pilot` and studies/stage_ablation/pilot.py)")
+    """The confirmatory grid (PLAN.md, "Confirmatory"): refused until the pilot's go is committed; its best active
+    arm's chooser and pricing become `trace`'s (and stage 2's alone), its measured token cap every arm's budget."""
+    if not os.path.exists(PILOT_DECISION):
+        raise ValueError(f"`confirm` needs the pilot's go ({PILOT_DECISION}): run `:pilot` and studies/stage_ablation/pilot.py")
+    with open(PILOT_DECISION, encoding="utf-8") as f:
+        decision = json.load(f)
+    if decision["decision"] != "go":
+        raise ValueError(f"the pilot said {decision['decision']!r} ({'; '.join(decision['reasons'])}): PLAN.md says what "
+                         "to change and pilot again; the confirmatory grid does not run on a no-go")
+    _, chooser, cost = decision["best_active_arm"].split()
+    active = {"prefixes": chooser, "prefix_cost": cost}
+    arms = {**ARMS, "trace": {"allocator": {**LOCAL, **active}},
+            "roots_uniform_prefixes_active": {"allocator": {**LOCAL, **active, "roots": "uniform"}}}
+    c.compare.arms, c.compare.allocators = arms, tuple(arms)
+    c.compare.primary = ("trace", "stage1_only")
+    c.compare.seeds, c.compare.primary_seeds = CONFIRM_SEEDS, CONFIRM_PRIMARY_SEEDS
+    c.compare.endpoint, c.compare.equivalence_margin = "sampled", CONFIRM_MARGIN
+    c.compare.tokens = decision["token_cap"]  # measured once on the shared SFT policy by the pilot
+    c.compare.results = os.path.join(RESULTS, "confirm")
+    c.rl.steps, c.rl.eval_every, c.checkpoint.every = 240, 40, 40
+    c.eval.sample_k, c.eval.sample_tasks, c.eval.sample_every, c.eval.intermediate_tasks = 4, 0, 0, 500
+    # one learner for every arm: the decisive screen's choice for three of its four arms (PLAN.md)
+    c.learner.learning_rate, c.learner.mini_batches, c.learner.epochs = 1e-4, 4, 1

@@ -84,6 +84,7 @@ def decide(result: dict) -> dict:
         "prefilled_per_step": {n: v["ledger"]["tokens_prefilled"] / v["steps"] for n, v in variants.items()},
         "tool_calls_per_step": {n: v["ledger"]["tool_calls"] / v["steps"] for n, v in variants.items()},
         "steps": variants[BASELINE]["steps"],
+        "token_cap": result["budget"]["tokens"],  # every arm's measured cost per step (the confirmatory grid's too)
     }
 
 

@@ -28,9 +28,25 @@ def test_the_pilot_config_is_the_planned_pool_and_arms():
     assert runs["trace posterior rollouts"].allocator.prefix_cost == "rollouts"
 
 
-def test_the_confirmatory_grid_is_refused_until_the_plan_fixes_it():
-    with pytest.raises(ValueError, match="PLAN.md"):
+def test_the_confirmatory_grid_is_refused_until_the_pilots_go_and_then_takes_its_choice(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "PILOT_DECISION", str(tmp_path / "decision.json"))
+    with pytest.raises(ValueError, match="needs the pilot's go"):
         config.get_config("confirm")
+    out = pilot.decide(_report(np.random.default_rng(0), 0.0, 0.7))
+    (tmp_path / "decision.json").write_text(json.dumps(out))
+    with pytest.raises(ValueError, match="no-go"):
+        config.get_config("confirm")
+    out = pilot.decide(_report(np.random.default_rng(0), 0.01, 0.7))
+    (tmp_path / "decision.json").write_text(json.dumps(out))
+    compare, base = grid.split_config(config.get_config("confirm"))
+    runs = {(v.name, s): r for v, s, r in grid.validate(grid.framed(base, compare, compare.tokens), compare)}
+    _, chooser, cost = out["best_active_arm"].split()
+    trace = runs[("trace", 11)]
+    assert (trace.allocator.prefixes, trace.allocator.prefix_cost, trace.budget.tokens) == (chooser, cost, 3302)
+    assert ("grpo", 5) in runs and ("grpo", 6) not in runs and ("stage1_only", 11) in runs
+    assert compare.primary == ("trace", "stage1_only") and compare.equivalence_margin == 0.005
+    assert (trace.learner.learning_rate, trace.learner.mini_batches, trace.learner.layout) == (1e-4, 4, "packed")
+    assert runs[("roots_uniform_prefixes_active", 0)].allocator.roots == "uniform"
     with pytest.raises(ValueError, match="exactly one"):
         config.get_config("pilot,confirm")
 
@@ -48,7 +64,7 @@ def _report(rng, shift: float, auc_pairs: float):
                  ledger={"tokens_prefilled": 6000, "tool_calls": 3000}, steps=60)
         v.setdefault("within_prompt_auc", {"auc": None, "pairs": 0, "groups": 0})
         v.setdefault("cosine_per_step", base.tolist())
-    return {"variants": variants}
+    return {"variants": variants, "budget": {"unit": "tokens", "tokens": 3302}}
 
 
 @pytest.mark.parametrize("shift,auc,want", [(0.01, 0.65, "go"), (0.01, 0.55, "no-go"), (0.0, 0.7, "no-go")])
