@@ -95,12 +95,6 @@ def check_fields(run: RunConfig) -> None:
                                   f"be at least {float(np.finfo(np.float32).smallest_subnormal):g}")
     if not isinstance(run.seed, int) or isinstance(run.seed, bool) or run.seed not in SEED_RANGE:
         raise ConfigError(f"config field 'seed'={run.seed!r} must be an integer in {SEED_RANGE}")
-    if run.budget.m_min > run.budget.m_max:
-        raise ConfigError(f"config fields 'budget.m_min'={run.budget.m_min} and 'budget.m_max'={run.budget.m_max} "
-                          "conflict: m_min must be <= m_max")
-    if run.budget.prompts > run.budget.candidates:
-        raise ConfigError(f"config fields 'budget.prompts'={run.budget.prompts} and 'budget.candidates'="
-                          f"{run.budget.candidates} conflict: prompts are chosen among the candidates")
 
 
 def require_readable(field: str, path: str, *, directory: bool) -> None:

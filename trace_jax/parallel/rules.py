@@ -100,10 +100,6 @@ def batch_sharding(mesh: Mesh, ndim: int = 3) -> NamedSharding:
     return NamedSharding(mesh, P(None, BATCH_AXES, *([None] * (ndim - 2))))
 
 
-def shard_params(params, mesh: Mesh):
-    return to_device(params, param_shardings(params, mesh))
-
-
 def replicated_sampling_fits(param_bytes: int, mesh: Mesh, device_bytes: int | None, share: float = 0.25) -> bool:
     """Whether params replicated over the batch axes fit for decoding: one tensor shard of them takes at
     most `share` of a device's memory (the rest is the KV cache's and the activations'; in

@@ -120,10 +120,6 @@ class RolloutTree:
         """The node this turn was sampled from: its parent (root or a turn boundary)."""
         return self.nodes[node_id].parent
 
-    def segments(self) -> list[Node]:
-        """The generated turns to train on, each once."""
-        return self.nodes[1:]
-
 
 @dataclasses.dataclass
 class Ledger:
