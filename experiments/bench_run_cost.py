@@ -86,14 +86,17 @@ def bench_eval() -> dict:
                 times[chunk].append(time.perf_counter() - began)
             outcomes[chunk] = evaluation.read_outcomes(path)
     same = outcomes[0]["greedy"].successes == outcomes[FLAGS.chunk]["greedy"].successes
+    same_sampled = ("sampled" not in outcomes[0]
+                    or outcomes[0]["sampled"].successes == outcomes[FLAGS.chunk]["sampled"].successes)
     stats = {f"decode_chunk={c}": _stats(t) for c, t in times.items()}
     ratio = stats["decode_chunk=0"]["median"] / stats[f"decode_chunk={FLAGS.chunk}"]["median"]
     for name, s in stats.items():
         print(f"{name}: {s['median']:.1f} s [{s['min']:.1f}, {s['max']:.1f}] per evaluation "
               f"(greedy + mean-of-{run.eval.sample_k} on {FLAGS.tasks} tasks)")
-    print(f"turn-synchronous / continuous: {ratio:.2f}x; greedy outcomes identical: {same}")
+    print(f"turn-synchronous / continuous: {ratio:.2f}x; outcomes identical: greedy {same}, sampled {same_sampled}")
     return {"bench": "run_cost", "section": "eval", "tasks": FLAGS.tasks, "sample_k": run.eval.sample_k, **stats,
-            "synchronous_over_continuous": ratio, "greedy_identical": bool(same)}
+            "synchronous_over_continuous": ratio, "greedy_identical": bool(same),
+            "sampled_identical": bool(same_sampled)}
 
 
 def bench_schedule() -> dict:

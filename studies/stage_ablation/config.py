@@ -112,5 +112,6 @@ def _confirm(c: ml_collections.ConfigDict) -> None:
     c.compare.results = os.path.join(RESULTS, "confirm")
     c.rl.steps, c.rl.eval_every, c.checkpoint.every = 240, 40, 40
     c.eval.sample_k, c.eval.sample_tasks, c.eval.sample_every, c.eval.intermediate_tasks = 4, 0, 0, 500
+    c.eval.decode_chunk = 16  # evaluations through the continuous scheduler: same outcomes, 1.15x faster (PLAN.md)
     # one learner for every arm: the decisive screen's choice for three of its four arms (PLAN.md)
     c.learner.learning_rate, c.learner.mini_batches, c.learner.epochs = 1e-4, 4, 1

@@ -116,3 +116,31 @@ def test_a_warm_start_that_fails_its_easiest_level_is_reported(capsys):
     log_after_sft({"accuracy": 0.32, "accuracy/level_1": 0.97, "accuracy/level_4": 0.0}, run)
     log_after_sft(weak, dataclasses.replace(run, sft=dataclasses.replace(run.sft, steps=0)))  # no SFT: no verdict
     assert "WARNING" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("eval_chunk,rl_chunk,want", [(16, 0, 16), (0, 8, 8), (0, 0, 0)])
+def test_evaluations_decode_with_their_own_schedule(tiny_setup, monkeypatch, eval_chunk, rl_chunk, want):
+    """eval.decode_chunk: the evaluations' continuous-scheduler chunk (0: the RL one); the schedule changes
+    speed, not outcomes (the same trees token for token: tests/rollout/test_continuous.py)."""
+    import dataclasses
+    import types
+
+    from configs import quickstart
+    from trace_jax.config.files import from_config_dict
+    from trace_jax.rollout.continuous import Batching
+    from trace_jax.run import evaluation
+
+    c = quickstart.get_config("runlocal")
+    c.eval.decode_chunk, c.rl.decode_chunk = eval_chunk, rl_chunk
+    run = from_config_dict(c)
+    policy = dataclasses.replace(tiny_setup.policy, batching=Batching(chunk=rl_chunk))
+    setup = types.SimpleNamespace(run=run, policy=lambda params: policy, eval_groups=[])
+    seen = []
+
+    def grouped(p, groups, **kwargs):
+        seen.append(p.batching.chunk)
+        return evaluation.TaskOutcomes((), (), (), 1)
+
+    monkeypatch.setattr(evaluation, "grouped_outcomes", grouped)
+    evaluation.held_out(setup, None)
+    assert seen and set(seen) == {want}

@@ -69,7 +69,7 @@ FIELD_RANGES: dict[str, Range | tuple[str, ...]] = {
     "loss.clip_low": Range(0, 1, high_open=True), "loss.clip_high": _AT_LEAST_0, "loss.kl_coef": _AT_LEAST_0,
     "eval.num_tasks": _AT_LEAST_0, "eval.pass_k": _AT_LEAST_0, "eval.sample_k": _AT_LEAST_0,
     "eval.sample_tasks": _AT_LEAST_0, "eval.sample_every": _AT_LEAST_0,
-    "eval.intermediate_tasks": _AT_LEAST_0,
+    "eval.intermediate_tasks": _AT_LEAST_0, "eval.decode_chunk": _AT_LEAST_0,
     "checkpoint.every": _AT_LEAST_1, "checkpoint.keep": _AT_LEAST_1,
     "mesh.data": _AT_LEAST_1, "mesh.fsdp": _AT_LEAST_1, "mesh.tensor": _AT_LEAST_1,
 }

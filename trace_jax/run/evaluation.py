@@ -127,6 +127,8 @@ def held_out(setup: Setup, params, *, outcomes_path: str | None = None, sampled:
     `intermediate` (an evaluation between the first and the last, measuring no mean-of-k): greedy on the
     first `eval.intermediate_tasks` tasks only, when set."""
     run, policy, groups = setup.run, setup.policy(params), setup.eval_groups
+    if run.eval.decode_chunk:  # the evaluations' own schedule: the same outcomes, another speed
+        policy = dataclasses.replace(policy, batching=dataclasses.replace(policy.batching, chunk=run.eval.decode_chunk))
     subset = run.eval.intermediate_tasks if intermediate and not sampled else 0
     greedy = grouped_outcomes(policy, groups, greedy=True, limit=subset)
     out = accuracy(greedy)
