@@ -22,7 +22,7 @@ from trace_jax.allocation.base import leaf_success, task_key
 from trace_jax.allocation.calibration import calibration
 from trace_jax.allocation.predictor import FEATURIZERS, SuccessPredictor, feature_width, featurize
 from trace_jax.allocation.trace import new_success
-from trace_jax.allocation.tree_allocators import branch_points
+from trace_jax.allocation.anchors import branch_points
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.run.experiment import derive_seed
 

@@ -1,5 +1,5 @@
-"""TRACE (docs/design.md sections 4 and 5): one shared success predictor steers a root policy (stage 1)
-and a prefix chooser (stage 2).
+"""The registered TRACE allocator: one shared success predictor steers a root policy (stage 1, `roots.py`)
+and a prefix chooser (stage 2, `prefixes.py`; the choice over anchors is here, in `TRACE._choose`).
 
 The parts and their modes (`TraceConfig`):
 - roots: "predicted" (knapsack on the predicted chance of mixed outcomes) or "uniform" (the pool's
@@ -26,38 +26,19 @@ import dataclasses
 import numpy as np
 
 from trace_jax.allocation import solvers
+from trace_jax.allocation.anchors import Anchor, branch_points, expected_remaining_tokens, random_anchors
 from trace_jax.allocation.base import (ALLOCATORS, AllocatorConfig, AllocatorState, PredictorAllocator, PrefixOutcome,
                                       StepOutcome, spend_leftover)
-from trace_jax.allocation.budget import BudgetConfig, spread
 from trace_jax.allocation.calibration import calibration
 from trace_jax.allocation.predictor import featurize
-from trace_jax.allocation.tree_allocators import Anchor, branch_points, expected_remaining_tokens, random_anchors
+from trace_jax.allocation.trace.prefixes import PREFIX_CHOOSERS, local_budgets, new_success
+from trace_jax.allocation.trace.roots import ROOT_POLICIES
 from trace_jax.rollout.tree import RolloutTree
 
 K_MAX = 16  # continuations one anchor can get in one round
 NOISE_WINDOW = 1024  # held-out anchors kept for fitting kappa (recent ones: the policy drifts)
 NOISE_MIN_SAMPLES = 16  # fewer than this: the cold-start kappa
 KAPPA_COLD_START = 4.0
-
-
-def predicted_roots(v: np.ndarray, budget: BudgetConfig, root_budget: int) -> np.ndarray:
-    """Stage 1: m_i in {0} U [m_min, m_max] maximizing sum_i 1 - v_i^m - (1 - v_i)^m (knapsack)."""
-    b = budget
-    if b.solver == "dp":
-        return solvers.solve_dp(solvers.root_values(v, b.m_max), root_budget, m_min=b.m_min, m_max=b.m_max,
-                                max_items=b.prompts)
-    return solvers.root_greedy(v, root_budget, m_min=b.m_min, m_max=b.m_max, max_items=b.prompts)
-
-
-def uniform_roots(v: np.ndarray, budget: BudgetConfig, root_budget: int) -> np.ndarray:
-    """The pool's first B prompts, the root budget spread evenly over them (predictions unused)."""
-    m = np.zeros(len(v), int)
-    m[: budget.prompts] = spread(root_budget, min(budget.prompts, len(v)))
-    return m
-
-
-ROOT_POLICIES = {"predicted": predicted_roots, "uniform": uniform_roots}
-PREFIX_CHOOSERS = ("agreement", "posterior", "uniform", "none")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,12 +80,6 @@ class TraceConfig(AllocatorConfig):
                              f"{self.kappa}, {self.holdout}")
         if self.kappa == 0 and self.holdout == 0:
             raise ValueError("allocator.kappa=0 fits kappa to held-out anchors: set allocator.holdout > 0")
-
-
-def new_success(tree: RolloutTree, node_id: int, new_leaves: list[int]) -> float:
-    """Mean success of the given new leaves that descend from node_id."""
-    below = [leaf for leaf in new_leaves if node_id in {n.id for n in tree.path(leaf)}]
-    return float(np.mean([tree.nodes[leaf].success for leaf in below])) if below else float("nan")
 
 
 @ALLOCATORS.register("trace", config=TraceConfig)
@@ -167,7 +142,7 @@ class TRACE(PredictorAllocator):
             return b.rollouts - spent
 
         if c.prefixes != "none" and c.prefix_budget == "local":  # one round, every prompt on its own prefixes
-            groups = [([i], max(x, 0.0)) for i, x in enumerate(_local_budgets(m[m > 0], c.branch_n, left()))]
+            groups = [([i], max(x, 0.0)) for i, x in enumerate(local_budgets(m[m > 0], c.branch_n, left()))]
             units, pairs = self._expand_prefixes(engine, trees, groups, anchored)
             spent += units
             chosen += pairs
@@ -254,17 +229,6 @@ class TRACE(PredictorAllocator):
         picked = np.flatnonzero(k)
         return ([(*points[p], int(k[p])) for p in picked], [float(u[p]) for p in picked],
                 float(np.sum(k * cost)))
-
-
-def _local_budgets(counts: np.ndarray, n: int, available: float) -> list[float]:
-    """Prompt i's own stage-2 budget m_i * N; when M1 + sum m_i N exceeds M (M1 rounded up to B m_min,
-    or the holdout took some), the available rollouts are split in proportion to m_i instead."""
-    want = counts * n
-    if want.sum() <= available:
-        return [float(w) for w in want]
-    share = np.floor(available * counts / counts.sum())
-    share[: int(available - share.sum())] += 1
-    return [float(x) for x in share]
 
 
 def _calibration(pairs: list[tuple[float, float]]):
