@@ -15,8 +15,7 @@ greedy outcomes are the same task for task (they must be: the same trees token f
 evaluation task every --eval_every steps, mean-of-k every --sample_every and at the end) and under the cheaper one
 (greedy on the first --subset tasks between the first and the last evaluation, mean-of-k only at the end). Prints
 each run's seconds: RL steps (sum of step_s), evaluation (`eval_s`), compiling (`compile_s`, JAX's own compile
-events) and wall, side by side, and the evaluation seconds a 240-step phase-2 run would spend under each, from
-the measured seconds per evaluation.
+events) and wall, side by side, and the evaluation seconds the cheaper schedule saves.
 
 The last line printed is one JSON object with the headline figures.
 """
