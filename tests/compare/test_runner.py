@@ -73,7 +73,8 @@ def test_report_and_headline(compared):
     # per-task outcomes of every run's final evaluation, paired with grpo's by seed and task
     trace_vs_grpo = results["paired_vs_grpo"]["greedy"]["trace"]
     assert trace_vs_grpo["seeds"] == 2 and trace_vs_grpo["eval_tasks"] == 8 and trace_vs_grpo["mdd"] >= 0
-    assert results["primary_endpoint"] == {**trace_vs_grpo, "framing": "equal rollouts", "task": "multihop",
+    assert results["primary_endpoint"] == {**trace_vs_grpo, "pair": ["trace", "grpo"], "framing": "equal rollouts",
+                                           "task": "multihop",
                                            "endpoint": "greedy", "arms_settings": {"grpo": {}, "trace": {}},
                                            "trace_vs_pcl": None}
     assert head["primary_endpoint"] == results["primary_endpoint"]
