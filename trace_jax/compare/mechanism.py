@@ -183,6 +183,10 @@ def study(setup, params, variants, *, steps: int, reference: int, group: int, se
         out[name] = cached(path, dict(key, steps=steps, run=settings(run)),
                            lambda run=run: variant_study(setup, run, params, direction, steps=steps, seed=seed),
                            relevant=_study_settings)
+        # Each variant jits fresh closures; without this, a study of several TRACE variants accumulates compiled
+        # executables until XLA's CPU compiler cannot map more memory ("LLVM compilation error: Cannot allocate
+        # memory", then a segfault, in the third variant of a 7-arm study). As `grid_runs` does between runs.
+        jax.clear_caches()
         log(f"  gradient cosine {out[name]['gradient_cosine']['mean']:.3f}, effective ratio "
             f"{out[name]['effective_ratio']:.3f}, tokens/step {out[name]['tokens_generated_per_step']:.0f}, "
             f"rollouts planned/step {out[name].get('rollouts_planned_per_step', 0):.1f}")
