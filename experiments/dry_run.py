@@ -279,6 +279,7 @@ def sampler_programs(run, model_config, mesh, context: int, prompt_tokens: int, 
 
 def main():
     args = _parser.parse_args()
+    path = args.config.partition(":")[0]
     config = load_config_file(args.config)
     config.model.checkpoint = tempfile.mkdtemp()  # validated as a path only: shapes come from the preset, no weights
     if args.mesh:
