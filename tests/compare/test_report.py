@@ -102,7 +102,7 @@ def test_cost_helpers_edge_cases():
 
 
 def test_paired_differences_by_level_find_where_the_gain_is():
-    from trace_jax.compare.report import paired_by_level, paired_level_markdown
+    from trace_jax.compare.paired_report import paired_by_level, paired_level_markdown
     rng = np.random.default_rng(0)
     levels = np.array([2] * 200 + [3] * 200)
     grpo = {s: (rng.random(400) < 0.3).astype(float) for s in range(4)}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from configs import compare_multihop
-from trace_jax.compare import grid, report, report_files, selection
+from trace_jax.compare import grid, paired_report, report_files, selection
 from trace_jax.compare.selection import RunScore, Setting
 from trace_jax.config.files import from_config_dict
 from trace_jax.config.schema import ConfigError
@@ -103,7 +103,8 @@ def test_the_report_pairs_trace_with_grpo_and_pcl_on_the_configured_endpoint():
     compare = grid.CompareSection(allocators=("grpo", "pcl", "trace"), endpoint="sampled",
                                   arm_settings={"trace": {"learner": {"learning_rate": 3e-4}}})
     base_run = from_config_dict(grid.split_config(compare_multihop.get_config())[1])
-    paired = {kind: report.paired_vs("grpo", by_variant, seed=base_run.seed) for kind, by_variant in outcomes.items()}
+    paired = {kind: paired_report.paired_vs("grpo", by_variant, seed=base_run.seed)
+              for kind, by_variant in outcomes.items()}
     primary = report_files.primary_endpoint(compare, paired, outcomes, base_run, "equal measured tokens")
     assert primary["endpoint"] == "sampled" and primary["diff"] == pytest.approx(0.1)
     assert primary["trace_vs_pcl"]["diff"] == pytest.approx(0.05) and primary["decision"] == "gain"
@@ -166,7 +167,7 @@ def test_the_report_calls_equivalence_only_inside_the_configured_margin():
     decisions = {}
     for margin in (0.0, 0.05):
         compare = grid.CompareSection(allocators=("grpo", "trace"), endpoint="sampled", equivalence_margin=margin)
-        paired = {kind: report.paired_vs("grpo", v, margin=margin, seed=0) for kind, v in outcomes.items()}
+        paired = {kind: paired_report.paired_vs("grpo", v, margin=margin, seed=0) for kind, v in outcomes.items()}
         primary = report_files.primary_endpoint(compare, paired, outcomes, base_run, "")
         assert primary["margin"] == margin and primary["two_way"]["df"] == 3
         decisions[margin] = (primary["decision"], primary["two_way"]["decision"])
@@ -196,7 +197,7 @@ def test_the_primary_endpoint_is_the_configured_pair_and_its_arms_get_the_primar
     compare = grid.CompareSection(allocators=("grpo", "stage1_only", "trace"), arms=arms, endpoint="sampled",
                                   primary=("trace", "stage1_only"), seeds=(0, 1), primary_seeds=(0, 1, 2))
     base_run = from_config_dict(grid.split_config(compare_multihop.get_config())[1])
-    paired = {kind: report.paired_vs("grpo", v, seed=0) for kind, v in outcomes.items()}
+    paired = {kind: paired_report.paired_vs("grpo", v, seed=0) for kind, v in outcomes.items()}
     primary = report_files.primary_endpoint(compare, paired, outcomes, base_run, "")
     assert primary["pair"] == ["trace", "stage1_only"] and primary["diff"] == pytest.approx(0.03)
     assert {v.name: grid.seeds_of(v, compare) for v in grid.variants(compare)} == {

@@ -11,7 +11,7 @@ import time
 
 import jax
 
-from trace_jax.compare import curves, grid, report, results_store
+from trace_jax.compare import curves, grid, paired_report, report, results_store
 from trace_jax.compare.grid_runs import GridResults
 from trace_jax.compare.shared_start import SharedStart
 from trace_jax.config import schema
@@ -42,11 +42,11 @@ def primary_endpoint(compare: grid.CompareSection, paired: dict[str, dict], outc
     share a finished seed."""
     a, b = compare.primary
     primary = (paired[compare.endpoint] if b == "grpo" else
-               report.paired_vs(b, outcomes[compare.endpoint], margin=compare.equivalence_margin,
+               paired_report.paired_vs(b, outcomes[compare.endpoint], margin=compare.equivalence_margin,
                                 seed=base_run.seed)).get(a)
     if primary is None:
         return None
-    versus_pcl = report.paired_vs("pcl", outcomes[compare.endpoint], margin=compare.equivalence_margin,
+    versus_pcl = paired_report.paired_vs("pcl", outcomes[compare.endpoint], margin=compare.equivalence_margin,
                                   seed=base_run.seed).get("trace")
     return {**primary, "pair": [a, b], "endpoint": compare.endpoint, "framing": framing_text, "task": base_run.task.source,
             "arms_settings": {arm: compare.arm_settings.get(arm, {}) for arm in compare.allocators},
@@ -61,9 +61,9 @@ def write(workdir: str, compare: grid.CompareSection, base_run: schema.RunConfig
     summary = report.aggregate(records)
     reference = next(iter(summary)) if compare.ablation else "grpo"
     margin = compare.equivalence_margin
-    paired = {kind: report.paired_vs("grpo", by_variant, margin=margin, seed=base_run.seed)
+    paired = {kind: paired_report.paired_vs("grpo", by_variant, margin=margin, seed=base_run.seed)
               for kind, by_variant in outcomes.items()}
-    paired_levels = {kind: report.paired_by_level("grpo", by_variant, levels[kind], margin=margin, seed=base_run.seed)
+    paired_levels = {kind: paired_report.paired_by_level("grpo", by_variant, levels[kind], margin=margin, seed=base_run.seed)
                      for kind, by_variant in outcomes.items() if kind in levels}
     cost_curves = curves.curves(records, reference=reference)
     sampled_curves = curves.curves(records, reference=reference, key="eval_sampled")
@@ -97,8 +97,8 @@ def write(workdir: str, compare: grid.CompareSection, base_run: schema.RunConfig
                 f.write("\n## Learning curves of sampled success (mean-of-k) against cost\n\n"
                         + curves.markdown(sampled_curves, reference=reference))
             if paired["greedy"] or paired["sampled"]:
-                f.write("\n" + report.paired_markdown(paired))
-                f.write("\n" + report.paired_level_markdown(paired_levels))
+                f.write("\n" + paired_report.paired_markdown(paired))
+                f.write("\n" + paired_report.paired_level_markdown(paired_levels))
         written += report.plots(records, workdir, predictor_study, suffix) + curves.plot(cost_curves, workdir, suffix)
         if compare.results:
             results_store.keep_report(compare.results, written)
