@@ -61,9 +61,9 @@ class StepOutcome:
       calibration: the predictor scored on the outcomes its own allocation caused (trace; biased:
         anchors are chosen where the prediction disagrees with the outcome seen).
       holdout_calibration: the predictor scored on random anchors held out from the choice (unbiased).
-      holdout_pairs: those anchors' (prediction, outcome) pairs, for pooling over steps.
       prefix_outcomes: every stage-2 anchor with its tree, depth, prediction and outcome (trace), so a
-        study can score the predictor within a prompt and see where branches land.
+        study can score the predictor within a prompt and see where branches land; `holdout_pairs` are the
+        held-out ones' (prediction, outcome), for pooling over steps.
       root_counts: rollouts given to each chosen prompt at the root, when the allocator chose them.
       predictor_loss: the predictor's training loss after this step's update (trace).
       kappa: the prior strength of the posterior prefix chooser (trace, prefixes="posterior").
@@ -75,12 +75,15 @@ class StepOutcome:
     groups_sampled: int | None = None
     calibration: Calibration | None = None
     holdout_calibration: Calibration | None = None
-    holdout_pairs: tuple[tuple[float, float], ...] = ()
     prefix_outcomes: tuple[PrefixOutcome, ...] = ()
     root_counts: tuple[int, ...] | None = None
     predictor_loss: float | None = None
     kappa: float | None = None
     rollout_budget: int | None = None
+
+    @property
+    def holdout_pairs(self) -> tuple[tuple[float, float], ...]:
+        return tuple((p.prediction, p.outcome) for p in self.prefix_outcomes if p.picked == "holdout")
 
 
 def make(config: AllocatorConfig | str, budget: BudgetConfig, *, seed: int = 0,

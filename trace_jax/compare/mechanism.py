@@ -112,7 +112,7 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
         mixed.append(stats["expanded_mixed_share"])
         if outcome.root_counts:
             m_std.append(float(np.std(outcome.root_counts)))
-        pairs += list(outcome.holdout_pairs or ())
+        pairs += list(outcome.holdout_pairs)
         anchored += [(step, p) for p in outcome.prefix_outcomes]
         branch_depths.append(contrast_statistics(outcome.trees)["anchor_depths"])
         tokens.append(engine.ledger.tokens_generated)

@@ -133,7 +133,8 @@ class TRACE(PredictorAllocator):
         # because of that prediction (not of leaves seen before it was made)
         chosen = [(float(v[i]), new_success(candidates[i], 0, [leaf for t, leaf in bare if t == i]))
                   for i in np.flatnonzero(m)]
-        held_out, anchored = self._holdout(engine, trees) if c.prefixes != "none" else ([], [])
+        anchored = self._holdout(engine, trees) if c.prefixes != "none" else []  # every stage-2 anchor, in order
+        held_out = [(a.prediction, a.outcome) for a in anchored]
         spent = float(m.sum() + len(held_out))
 
         def left() -> float:  # budget units still to spend; unit="tokens": measured, in this step's bare rollouts
@@ -157,17 +158,16 @@ class TRACE(PredictorAllocator):
         leftover = max(int(np.floor(left() + 1e-9)), 0)  # whole rollouts (cost 1 in either unit) to the roots
         spend_leftover(engine, trees, leftover)
         return StepOutcome(trees=trees, calibration=_calibration(chosen), holdout_calibration=_calibration(held_out),
-                           holdout_pairs=tuple(held_out), prefix_outcomes=tuple(anchored), budget_spent=spent + leftover,
+                           prefix_outcomes=tuple(anchored), budget_spent=spent + leftover,
                            root_counts=tuple(int(k) for k in m[m > 0]), predictor_loss=self.predictor.update(trees),
                            kappa=self.kappa if c.prefixes == "posterior" else None)
 
-    def _holdout(self, engine, trees) -> tuple[list[tuple[float, float]], list[PrefixOutcome]]:
-        """One continuation from each of `holdout` uniformly random turn boundaries: (u, outcome) pairs and
-        their `PrefixOutcome`s."""
+    def _holdout(self, engine, trees) -> list[PrefixOutcome]:
+        """One continuation from each of `holdout` uniformly random turn boundaries."""
         points = branch_points(trees)
         picked = [points[i] for i in sorted(self.rng.permutation(len(points))[: self.config.holdout])]
         if not picked:
-            return [], []
+            return []
         u = self.predictor.predict(np.stack([featurize(trees[i], trees[i].nodes[j]) for i, j in picked]))
         below = []  # (successes, leaves) below each anchor before its held-out continuation
         for i, j in picked:
@@ -178,7 +178,7 @@ class TRACE(PredictorAllocator):
                  for p, (i, j) in zip(u, picked)]
         samples = [[p, s, n, y] for (p, y), (s, n) in zip(pairs, below)]
         self.noise_samples = (self.noise_samples + samples)[-NOISE_WINDOW:]
-        return pairs, [PrefixOutcome(i, trees[i].nodes[j].depth, p, y, "holdout") for (p, y), (i, j) in zip(pairs, picked)]
+        return [PrefixOutcome(i, trees[i].nodes[j].depth, p, y, "holdout") for (p, y), (i, j) in zip(pairs, picked)]
 
     def _expand_prefixes(self, engine, trees, groups, anchored: list[PrefixOutcome]) -> tuple[float, list[tuple[float, float]]]:
         """One round of stage 2: each group (tree indices, budget) chooses among its own trees' prefixes;
