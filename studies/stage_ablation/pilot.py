@@ -1,15 +1,17 @@
 """The stage ablation's go/no-go (PLAN.md, "Pilot"), read from the frozen-policy mechanism study's report.
 
-  python experiments/compare.py --config studies/stage_ablation/config.py:pilot --workdir /tmp/stage_pilot --study=mechanism
-  python studies/stage_ablation/pilot.py --workdir /tmp/stage_pilot
+  python experiments/compare.py --config studies/stage_ablation/config.py:pilot --workdir /tmp/stage_pilot2 --study=mechanism
+  python studies/stage_ablation/pilot.py --workdir /tmp/stage_pilot2        # --round 1: the first round's
 
-Copies the report (`mechanism_tokens.{json,md}`) into results/pilot/, then states, from it:
+Copies the report (`mechanism_tokens.{json,md}`) into results/<round>/ (pilot, pilot2), then states, from it:
 - the random-prefix mixed share: how often a prefix picked at random has both outcomes below it (`trace uniform`);
 - the predictor's within-prompt AUC on random anchors (pairs of prefixes of one tree; `trace uniform`'s, the arm
   with the most random anchors; every arm's beside it);
 - where branches land: each arm's branch leaves by anchor depth;
 - the gradient cosine of each TRACE arm minus stage1_only's, paired by step (same pools and rollout seeds), with a
-  t interval Bonferroni-adjusted over the four active chooser x pricing arms;
+  t interval Bonferroni-adjusted over the round's active chooser x pricing arms;
+- reported beside, not deciding (amendment 2): each arm's held-out gain after training windows of its batches
+  from the frozen policy (`trace_jax/compare/held_out_gain.py`) minus stage1_only's, paired by window;
 - the decision: go when the within-prompt AUC >= GO_AUC and the best active arm's adjusted interval lies above 0.
 Writes results/pilot/decision.json; the last line printed is that object.
 """
@@ -21,15 +23,23 @@ import json
 import math
 import os
 import shutil
+import sys
 
 import numpy as np
 from scipy import stats
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "results", "pilot")
+if __package__ in (None, ""):  # run as a script: the repository root on the path, as under pytest
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from studies.stage_ablation.config import LATEST_ROUND, PILOT_ROUNDS  # noqa: E402
+
 GO_AUC = 0.6
 RANDOM_ARM, BASELINE = "trace uniform", "stage1_only"
-ACTIVE = ("trace agreement tokens", "trace agreement rollouts", "trace posterior tokens", "trace posterior rollouts")
+CHOOSERS = ("agreement", "posterior")  # the active prefix choosers; an active arm is `trace <chooser> <pricing>`
+
+
+def active_arms(variants: dict) -> tuple[str, ...]:
+    return tuple(name for name in variants if name.split()[:2] in (["trace", c] for c in CHOOSERS))
 
 
 def paired_interval(a: list[float], b: list[float], *, comparisons: int = 1) -> dict:
@@ -45,14 +55,15 @@ def paired_interval(a: list[float], b: list[float], *, comparisons: int = 1) -> 
 def decide(result: dict) -> dict:
     """The pilot's figures and its go/no-go from a mechanism report (`mechanism_tokens.json`)."""
     variants = result["variants"]
-    missing = [name for name in (BASELINE, RANDOM_ARM, *ACTIVE) if name not in variants]
+    active = active_arms(variants)
+    missing = [name for name in (BASELINE, RANDOM_ARM) if name not in variants] + ([] if active else ["an active arm"])
     if missing:
         raise ValueError(f"the mechanism report lacks the pilot's arms {missing}: run studies/stage_ablation/config.py:pilot")
     base = variants[BASELINE]["cosine_per_step"]
-    versus = {name: paired_interval(variants[name]["cosine_per_step"], base, comparisons=len(ACTIVE))
-              for name in ACTIVE}
+    versus = {name: paired_interval(variants[name]["cosine_per_step"], base, comparisons=len(active))
+              for name in active}
     versus[RANDOM_ARM] = paired_interval(variants[RANDOM_ARM]["cosine_per_step"], base)
-    best = max(ACTIVE, key=lambda name: versus[name]["mean"])
+    best = max(active, key=lambda name: versus[name]["mean"])
     within = variants[RANDOM_ARM]["within_prompt_auc"]
     auc_ok = within["auc"] is not None and within["auc"] >= GO_AUC
     cosine_ok = versus[best]["ci"][0] > 0
@@ -83,16 +94,32 @@ def decide(result: dict) -> dict:
         "tokens_generated_per_step": {n: v["tokens_generated_per_step"] for n, v in variants.items()},
         "prefilled_per_step": {n: v["ledger"]["tokens_prefilled"] / v["steps"] for n, v in variants.items()},
         "tool_calls_per_step": {n: v["ledger"]["tool_calls"] / v["steps"] for n, v in variants.items()},
+        **_held_out_gains(variants),
         "steps": variants[BASELINE]["steps"],
         "token_cap": result["budget"]["tokens"],  # every arm's measured cost per step (the confirmatory grid's too)
     }
 
 
+def _held_out_gains(variants: dict) -> dict:
+    """The reported secondary (no part of the decision): each arm's held-out gain (success points per window of
+    training) and, for the TRACE arms, minus stage1_only's paired by window (95% t); {} when not measured."""
+    if "held_out_gain" not in variants[BASELINE]:
+        return {}
+    windows = lambda name: [w["gain"] for w in variants[name]["held_out_gain"]["per_window"]]  # noqa: E731
+    return {"held_out_gain": {n: v["held_out_gain"] for n, v in variants.items() if "held_out_gain" in v},
+            "held_out_gain_minus_stage1_only": {n: paired_interval(windows(n), windows(BASELINE))
+                                                for n in variants if n.startswith("trace ") and "held_out_gain" in variants[n]}}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True, help="the pilot's workdir (where compare.py wrote mechanism_tokens.json)")
-    parser.add_argument("--out", default=OUT, help="where the report and decision.json are kept (default results/pilot)")
+    parser.add_argument("--round", type=int, default=LATEST_ROUND, choices=sorted(PILOT_ROUNDS),
+                        help="the pilot round (PLAN.md): where its report and go/no-go are kept")
+    parser.add_argument("--out", default=None, help="where the report and decision.json are kept "
+                        "(default the round's results folder: results/pilot, results/pilot2)")
     args = parser.parse_args(argv)
+    args.out = args.out or os.path.dirname(PILOT_ROUNDS[args.round].decision)
     source = os.path.join(args.workdir, "mechanism_tokens.json")
     if not os.path.exists(source):
         raise SystemExit(f"{source} not found: run the pilot first (`compare.py --config "
@@ -112,6 +139,9 @@ def main(argv=None) -> dict:
     for name, v in out["cosine_minus_stage1_only"].items():
         print(f"{name} - stage1_only cosine {v['mean']:+.4f} [{v['ci'][0]:+.4f}, {v['ci'][1]:+.4f}] "
               f"({100 * v['level']:.2f}%); branch leaves by depth {out['branch_leaf_share_by_depth'][name]}")
+    for name, v in out.get("held_out_gain_minus_stage1_only", {}).items():
+        print(f"{name} - stage1_only held-out gain {100 * v['mean']:+.3f} points [{100 * v['ci'][0]:+.3f}, "
+              f"{100 * v['ci'][1]:+.3f}] (95%, {v['steps']} windows; reported, not deciding)")
     print(f"decision: {out['decision']}" + "".join(f"\n  {r}" for r in out["reasons"]))
     print(json.dumps(out))
     return out

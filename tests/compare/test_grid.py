@@ -58,6 +58,8 @@ def test_the_tokens_framing_puts_every_variant_on_the_same_measured_cap():
     assert grid.suffix(compare) == "_tokens" and grid.framed(base, dataclasses.replace(compare, unit="rollouts"), 1) == base
     with pytest.raises(ValueError, match="unit must be"):
         dataclasses.replace(compare, unit="seconds")
+    with pytest.raises(ValueError, match="mechanism_learner_window must be in"):  # windows fit the study's steps
+        dataclasses.replace(compare, mechanism_steps=10, mechanism_learner_window=11)
 
 
 def test_bad_compare_fields_are_named():

@@ -98,6 +98,9 @@ class CompareSection:
         measured on the SFT policy).
       mechanism_advantage: the estimator every mechanism variant's gradient is computed with (unless the
         variant sets its own), so the cosines differ by allocation alone; "" = each allocator's own.
+      mechanism_learner_window: 0, or also each variant's held-out gain after training that many
+        consecutive steps' batches from the frozen policy with its own learner (`compare/held_out_gain.py`;
+        mechanism_steps // window paired figures per variant).
       unit: the framing of equal cost. "rollouts": every run spends budget.rollouts rollouts per step;
         "tokens": every run spends, per step, the measured cost (generated tokens + budget.prefill_weight x
         prefilled) that GRPO's M rollouts cost on the SFT policy (or `tokens` when set), audited against
@@ -129,6 +132,7 @@ class CompareSection:
     mechanism_holdout: int = 4
     mechanism_advantage: str = "trace_tree"
     mechanism_rl_steps: int = 0
+    mechanism_learner_window: int = 0
     unit: str = "rollouts"
     endpoint: str = "greedy"
     equivalence_margin: float = 0.0
@@ -172,6 +176,9 @@ class CompareSection:
             raise ValueError(f"need tokens >= 0 and token_calibration >= 1, got {self.tokens}, {self.token_calibration}")
         if self.mechanism_rl_steps < 0:
             raise ValueError(f"mechanism_rl_steps must be >= 0, got {self.mechanism_rl_steps}")
+        if not 0 <= self.mechanism_learner_window <= self.mechanism_steps:
+            raise ValueError(f"mechanism_learner_window must be in [0, mechanism_steps={self.mechanism_steps}], "
+                             f"got {self.mechanism_learner_window}")
         if min(self.mechanism_steps, self.mechanism_reference, self.mechanism_group) < 1 or self.mechanism_holdout < 0:
             raise ValueError("mechanism_steps, mechanism_reference and mechanism_group must be >= 1, "
                              "mechanism_holdout >= 0")

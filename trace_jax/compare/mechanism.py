@@ -26,6 +26,7 @@ from scipy import stats as scipy_stats
 
 from trace_jax.allocation.base import sample_roots
 from trace_jax.allocation.calibration import auc, within_group_auc
+from trace_jax.compare import held_out_gain
 from trace_jax.compare.audit import audit_cost
 from trace_jax.compare.store import cached
 from trace_jax.config.schema import EXECUTION_SETTINGS, SFT_SETTINGS, settings
@@ -47,20 +48,23 @@ def _gradient(setup, run, params, trees, advantage) -> np.ndarray | None:
     return np.asarray(flat, np.float64) * float(jax.device_get(totals["tokens"]))
 
 
-def reference_gradient(setup, params, *, rollouts: int, group: int, seed: int) -> tuple[np.ndarray, dict]:
-    """-(gradient of expected success), estimated from `rollouts` uniform rollouts, `group` per prompt."""
+def reference_gradient(setup, params, *, rollouts: int, group: int, seed: int
+                       ) -> tuple[np.ndarray, dict, list[dict[str, np.ndarray]]]:
+    """-(gradient of expected success), estimated from `rollouts` uniform rollouts, `group` per prompt; also
+    those rollouts as held-out batches (`held_out_gain.held_out_batch`, one per chunk of prompts)."""
     run, policy = setup.run, setup.policy(params)
     tasks = setup.source.tasks("train")
     order = np.random.default_rng(derive_seed(seed, "mechanism", "reference")).permutation(len(tasks))
     prompts = [tasks[i] for i in order[: rollouts // group]]
-    total, ledger, chunk = 0.0, Ledger(), run.budget.prompts
+    total, ledger, chunk, held_out = 0.0, Ledger(), run.budget.prompts, []
     for c, begin in enumerate(range(0, len(prompts), chunk)):
         engine = RolloutEngine(policy, setup.env, seed=derive_seed(seed, "mechanism", "reference", c))
         trees = sample_roots(engine, prompts[begin:begin + chunk], [group] * len(prompts[begin:begin + chunk]))
         g = _gradient(setup, run, params, trees, AdvantageConfig(name="grpo", scale="none"))
         total = total + (0.0 if g is None else g)
         ledger = ledger + engine.ledger
-    return np.asarray(total), {"prompts": len(prompts), "ledger": dataclasses.asdict(ledger)}
+        held_out.append(held_out_gain.held_out_batch(trees, run.learner.micro_batch))
+    return np.asarray(total), {"prompts": len(prompts), "ledger": dataclasses.asdict(ledger)}, held_out
 
 
 def uniform_cost(setup, params, *, rollouts: int, seed: int) -> dict:
@@ -88,8 +92,11 @@ def _interval(x: list[float]) -> dict:
     return {"mean": float(x.mean()), "ci95": [float(x.mean() - half), float(x.mean() + half)]}
 
 
-def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed: int) -> dict:
-    """`steps` frozen-policy allocation steps of one variant (its config `run`) against `reference`."""
+def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed: int, held_out=None,
+                  window: int = 0) -> dict:
+    """`steps` frozen-policy allocation steps of one variant (its config `run`) against `reference`; with
+    `window` > 0, also the held-out gain of training each `window` steps' batches from `params`
+    (`held_out_gain`; `held_out` = (batches, their row log-probs under `params`))."""
     from trace_jax.run.train import make_allocator  # the trainer's way of building the configured allocator
 
     setup = dataclasses.replace(setup, run=run)
@@ -100,6 +107,7 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
     cosines, effective, mixed, m_std, tokens, pairs, ledgers, planned = [], [], [], [], [], [], [], []
     anchored, branch_depths = [], []  # (step, PrefixOutcome); per step, branch leaves by anchor depth
     unit = reference / max(np.linalg.norm(reference), 1e-30)
+    trainer = held_out_gain.WindowTrainer(setup, run, params, *held_out, window=window, seed=seed) if window else None
     for step in range(steps):
         pool = [tasks[order[(step * candidates + j) % len(tasks)]] for j in range(candidates)]
         engine = RolloutEngine(policy, setup.env, seed=derive_seed(seed, "mechanism", step))
@@ -118,6 +126,8 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
         tokens.append(engine.ledger.tokens_generated)
         ledgers.append(engine.ledger)
         planned.append(outcome.rollout_budget)
+        if trainer is not None:
+            trainer.train(step, outcome.trees)
     budget = run.budget
     drift = audit_cost(run.allocator.name, budget, ledgers, may_underspend=run.allocator.name == "dapo",
                        planned=planned) \
@@ -130,7 +140,9 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
             "ledger": dataclasses.asdict(sum(ledgers, Ledger())), "steps": steps,
             "rollouts_planned_per_step": float(np.mean(planned)),
             "cost_per_step": float(np.mean([budget.cost(x) for x in ledgers])),
-            "cost_drift_steps": drift, **prefix_figures(anchored, branch_depths)}
+            "cost_drift_steps": drift, **prefix_figures(anchored, branch_depths),
+            **({"held_out_gain": {**_interval([g["gain"] for g in trainer.gains]), "window": window,
+                                  "per_window": trainer.gains}} if trainer is not None and trainer.gains else {})}
 
 
 def prefix_figures(anchored: list, branch_depths: list[tuple[int, ...]]) -> dict:
@@ -154,34 +166,48 @@ def prefix_figures(anchored: list, branch_depths: list[tuple[int, ...]]) -> dict
 
 
 def study(setup, params, variants, *, steps: int, reference: int, group: int, seed: int, directory: str,
-          variants_directory: str | None = None, policy: str = "sft") -> dict:
+          variants_directory: str | None = None, policy: str = "sft", learner_window: int = 0) -> dict:
     """Runs the reference (stored under `directory`) and every (name, run) variant (under
     `variants_directory`, default `directory`), each stored with the settings it ran under (an
-    interrupted study resumes; a changed setting recomputes). Returns
-    {"reference": {...}, "variants": {name: variant_study(...)}}."""
+    interrupted study resumes; a changed setting recomputes). `learner_window` > 0 adds each variant's held-out
+    gain after training that many steps' batches (`held_out_gain`). Returns
+    {"reference": {...}, "variants": {name: variant_study(...)}, "paired_vs_grpo": ...}."""
     os.makedirs(directory, exist_ok=True)
     key = dict(reference=reference, group=group, seed=seed, sft=settings(setup.run, SFT_SETTINGS))
     if policy != "sft":  # `params` is not the SFT checkpoint's: say which policy (the SFT study's keys stay as they were)
         key["policy"] = policy
-    vector_path = os.path.join(directory, "reference.npy")
+    vector_path, held_out_path = os.path.join(directory, "reference.npy"), os.path.join(directory, "held_out.npz")
 
     def compute_reference():
-        g, info = reference_gradient(setup, params, rollouts=reference, group=group, seed=seed)
+        g, info, held_out = reference_gradient(setup, params, rollouts=reference, group=group, seed=seed)
         np.save(vector_path, g)
+        np.savez(held_out_path, **{f"{i}/{k}": v for i, batch in enumerate(held_out) for k, v in batch.items()})
         return {**info, "norm": float(np.linalg.norm(g))}
 
     ref = cached(os.path.join(directory, "reference.json"), key, compute_reference)
-    if not os.path.exists(vector_path):  # the JSON survived but not the vector: recompute both
-        os.remove(os.path.join(directory, "reference.json"))
+    if not os.path.exists(vector_path) or (learner_window and not os.path.exists(held_out_path)):
+        os.remove(os.path.join(directory, "reference.json"))  # the JSON survived but not what it describes: redo
         ref = cached(os.path.join(directory, "reference.json"), key, compute_reference)
     direction = np.load(vector_path)
+    held_out = None
+    if learner_window:
+        with np.load(held_out_path) as stored:
+            batches: dict[int, dict] = {}
+            for name in stored.files:
+                i, k = name.split("/")
+                batches.setdefault(int(i), {})[k] = stored[name]
+        batches = [batches[i] for i in sorted(batches)]
+        held_out = (batches, held_out_gain.row_logprobs(setup, params, batches))
     out = {}
     os.makedirs(variants_directory or directory, exist_ok=True)
     for name, run in variants:
         log(f"mechanism study: {name}")
         path = os.path.join(variants_directory or directory, re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name).strip("_") + ".json")
-        out[name] = cached(path, dict(key, steps=steps, run=settings(run)),
-                           lambda run=run: variant_study(setup, run, params, direction, steps=steps, seed=seed),
+        variant_key = dict(key, steps=steps, run=settings(run), **({"learner_window": learner_window}
+                                                                   if learner_window else {}))
+        out[name] = cached(path, variant_key,
+                           lambda run=run: variant_study(setup, run, params, direction, steps=steps, seed=seed,
+                                                         held_out=held_out, window=learner_window),
                            relevant=_study_settings)
         # Each variant jits fresh closures; without this, a study of several TRACE variants accumulates compiled
         # executables until XLA's CPU compiler cannot map more memory ("LLVM compilation error: Cannot allocate
@@ -268,6 +294,14 @@ def markdown(result: dict, run, compare, budget, policy: str = "sft") -> str:
               "holdout's) of one tree in one step whose continuations' success differs, the share the predictor "
               "orders right (bootstrap over trees): the predictor's ranking of a prompt's own prefixes, with the "
               "prompt's difficulty taken out."]
+    gains = {name: v["held_out_gain"] for name, v in result["variants"].items() if "held_out_gain" in v}
+    if gains:
+        window = next(iter(gains.values()))["window"]
+        lines += ["", f"Held-out gain (`compare/held_out_gain.py`): each variant's batches trained from the frozen "
+                  f"policy with its learner in windows of {window} steps, then the importance-weighted change of "
+                  "expected success on the reference's uniform rollouts, in points (mean over windows, 95% t):", ""]
+        lines += [f"- {name}: {100 * g['mean']:+.3f} [{100 * g['ci95'][0]:+.3f}, {100 * g['ci95'][1]:+.3f}] "
+                  f"({len(g['per_window'])} windows)" for name, g in gains.items()]
     if unseen:
         lines.append(f"Unseen-prompt root AUC (generalization study): predictor {num(unseen['predictor'])}, "
                      f"per-prompt Beta {num(unseen['beta'])}.")

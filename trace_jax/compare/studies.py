@@ -72,7 +72,8 @@ def mechanism_report(setup, params, base: dict, compare: grid.CompareSection, wo
     result = mechanism.study(setup, params, grid.mechanism_variants(base, compare), steps=compare.mechanism_steps,
                              reference=compare.mechanism_reference, group=compare.mechanism_group,
                              seed=compare.seeds[0], directory=os.path.join(workdir, "shared", f"mechanism{tag}"),
-                             variants_directory=os.path.join(workdir, "shared", f"mechanism{suffix}"), policy=policy)
+                             variants_directory=os.path.join(workdir, "shared", f"mechanism{suffix}"), policy=policy,
+                             learner_window=compare.mechanism_learner_window)
     if study is not None:
         result["unseen_root_auc"] = {k: study["table"]["unseen prompts"]["roots"][k]["auc"]
                                      for k in ("predictor", "beta")}
