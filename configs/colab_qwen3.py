@@ -9,7 +9,7 @@ Files: a local HF directory (config.json, *.safetensors, tokenizer files with Qw
 and GSM8K's released JSONL (`trace_jax.run.hub` fetches both). No SFT: the instruction-tuned checkpoint
 calls the calculator natively (`task.action_format="hermes"`), thinking off (`task.thinking=False`: short
 turns; Qwen3's reasoning blocks would not fit 384 new tokens per turn). One seed: a demonstration of the method on
-real weights, not a powered comparison (for that: `configs/compare_*.py:powered`).
+real weights, not a powered comparison (for that: `studies/powered/config.py`).
 """
 
 import ml_collections

@@ -4,7 +4,6 @@ tokens, SFT runs 1600 steps and RL 30 steps instead of 60).
 
   python experiments/compare.py --config configs/compare_funcall.py --workdir /tmp/compare_funcall
   python experiments/compare.py --config configs/compare_funcall.py:runlocal --workdir /tmp/compare_funcall
-  python experiments/compare.py --config configs/compare_funcall.py:powered --workdir /tmp/powered_funcall
 
 Expected runtime on a 2-core CPU: about 75-80 min from scratch (the 1600-step SFT about 18 of them);
 `:runlocal` about 13 min when the workdir already holds the SFT checkpoint. Why 1600 SFT steps and
@@ -18,7 +17,6 @@ from trace_jax.config.files import config_args
 def get_config(arg: str | None = None):
     c = compare_multihop.get_config(arg, base=lambda: multihop_tiny.use_source(quickstart.base(), "funcall"))
     c.sft.steps = 1600
-    args = config_args(arg, flags=("runlocal", "powered"), config="configs/compare_funcall.py")
-    if not args["runlocal"] and not args["powered"]:
+    if not config_args(arg, flags=("runlocal",), config="configs/compare_funcall.py")["runlocal"]:
         c.rl.steps, c.rl.eval_every = 30, 10
     return c

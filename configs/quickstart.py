@@ -15,7 +15,7 @@ from trace_jax.config.files import config_args, default_config
 # The quickstart's RL stage: 40 steps at learning rate 3e-4 instead of the library's 80 at 1e-4. Measured
 # (seed 0, one run each): 0.569 -> 0.699 held-out in 291 s with the CPU free (510 s beside the decisive screen),
 # where the library's 80 steps gave 0.569 -> 0.626 in 910 s beside it; the decisive screen chose 3e-4 for TRACE
-# on math too (experiments/results/decisive/selection.json).
+# on math too (studies/decisive/results/selection.json).
 RL_STEPS, LEARNING_RATE = 40, 3e-4
 
 

@@ -5,8 +5,8 @@ and (`--section layouts`) the per-path against the packed tree layout on the tre
   python experiments/bench_learner.py --preset small --context 2048 --vocab 0
   python experiments/bench_learner.py --section layouts  # packed vs paths, real trees (about 15 min)
 
-The layouts section restores the SFT checkpoints the powered grids keep (`experiments/results/powered_math`,
-`powered_funcall`), samples one step of each arm there (GRPO, the paper's TRACE, TRACE global; equal
+The layouts section restores the SFT checkpoints the powered grids keep (`studies/powered/results/math`,
+`studies/powered/results/funcall`), samples one step of each arm there (GRPO, the paper's TRACE, TRACE global; equal
 rollouts, M of the grid's budget), and times `learner.train_step` on that step's sequences in each layout:
 tokens computed (rows x length of each batch, and the real tokens in it), the step time (median [min, max]
 of alternating repeats, and the paths/packed ratio per round), XLA's memory plan of each compiled step.
@@ -110,18 +110,19 @@ def main():
                       "num_micro": args.num_micro, "block": args.block, "repeats": args.repeats, "variants": result}))
 
 
-def arm_start(task: str, arm: str, workdir: str, config_arg: str = "powered"):
-    """(setup, params, make_allocator, pools) for steps of `arm` from the `task` grid's stored SFT checkpoint
-    (`experiments/results/<grid>/shared`, restored into `workdir`): `pools(i)` is step i's candidate pool."""
-    import importlib
+def arm_start(task: str, arm: str, workdir: str):
+    """(setup, params, make_allocator, pools) for steps of `arm` from the powered `task` grid's stored SFT checkpoint
+    (`studies/powered/results/<task>/shared`, restored into `workdir`): `pools(i)` is step i's candidate pool."""
     import sys
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, repo)  # configs/, studies/
     from trace_jax.compare import grid, results_store
-    from trace_jax.config.files import from_config_dict
+    from trace_jax.config.files import from_config_dict, load_config_file
     from trace_jax.run import experiment, sft, train
 
-    compare, base = grid.split_config(importlib.import_module(f"configs.compare_{task}").get_config(config_arg))
+    config = load_config_file(os.path.join(repo, "studies", "powered", "config.py") + f":task={task}")
+    compare, base = grid.split_config(config)
     base["budget"].update(unit="rollouts", tokens=0)
     run = from_config_dict(grid.run_config_dict(base, grid.Variant(arm, grid.ARMS[arm]), seed=0))
     shared = os.path.join(workdir, task)

@@ -5,7 +5,7 @@ and the rest (`docs/sampler.md`: which chunk pays when).
   python experiments/bench_scheduler.py --arms trace --steps 3 # a smoke run
   python experiments/bench_scheduler.py --learn                # the learner in the loop (a real RL run's steps)
 
-Each arm's steps start from the powered math grid's stored SFT checkpoint (`experiments/results/powered_math`)
+Each arm's steps start from the powered math grid's stored SFT checkpoint (`studies/powered/results/math`)
 with the params frozen, so every mode sees the same policy; step i draws the same candidate pool and seed in
 every mode, and each mode has its own allocator (TRACE's predictor state evolves per mode, identically while
 the modes sample the same trees: checked through the ledgers). Modes: `whole_turns` (rl.decode_chunk=0, the

@@ -9,7 +9,7 @@ budget over several seeds (`trace_jax.compare.runner.run_comparison`).
   python experiments/compare.py --config configs/compare_multihop.py:runlocal --workdir /tmp/mech --study=mechanism
 
 Writes results.json, results.md and PNG plots under the workdir; re-running the same command resumes.
-With config.compare.results set (the `:powered` configs), every finished run's result files are kept
+With config.compare.results set (the study configs under studies/), every finished run's result files are kept
 there too and a fresh workdir resumes the grid from them; `--report_only` reports the runs finished so far.
 The last line printed is one JSON object: {"heldout_acc": {A: {"mean", "ci95"}}, "effective_ratio": {A: ..},
 "tokens_generated": {A: ..}}.

@@ -1,18 +1,20 @@
-"""Loads an `experiments/*.py` script as a module for its tests, once per session (a script defines absl
-flags at import; a second import would define them again)."""
+"""Loads a script (`experiments/<name>.py`, or a study's `studies/<study>/<name>.py`) as a module for its tests, once
+per session (a script defines absl flags at import; a second import would define them again)."""
 
 import importlib.util
 import os
 import sys
 
-EXPERIMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments")
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
 def load(name: str):
-    """The module of experiments/<name>.py, registered in sys.modules (dataclasses look their module up)."""
-    key = f"experiments_{name}"
+    """The module of experiments/<name>.py (or of <name>.py when `name` is a path such as
+    "studies/powered/primary_endpoint"), registered in sys.modules (dataclasses look their module up)."""
+    path = name if "/" in name else f"experiments/{name}"
+    key = "script_" + path.replace("/", "_")
     if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(EXPERIMENTS, f"{name}.py"))
+        spec = importlib.util.spec_from_file_location(key, os.path.join(REPO, f"{path}.py"))
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
         try:

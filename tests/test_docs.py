@@ -9,8 +9,8 @@ import re
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ([os.path.join(REPO, "README.md"), os.path.join(REPO, "experiments", "results", "README.md")]
-        + sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))) + sorted(glob.glob(os.path.join(REPO, "studies", "*", "*.md"))))
+DOCS = ([os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+        + sorted(glob.glob(os.path.join(REPO, "studies", "**", "*.md"), recursive=True)))
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 COMMAND = re.compile(r"python ((?:experiments|studies/\w+)/[\w/]+\.py)"
                      r"((?:[^\n`|]*?--config[ =]((?:configs|studies/\w+)/\w+\.py)(?::([\w,=./-]+))?)?)")

@@ -108,18 +108,6 @@ def test_every_domain_config_validates_with_one_shared_sft_recipe(name, source, 
     assert grid.split_config(module.get_config())[1]["sft"] == grid.split_config(module.get_config("runlocal"))[1]["sft"]
 
 
-def test_the_mixed_difficulty_pools_warm_start_on_their_easy_part():
-    from configs import compare_funcall, compare_math
-    mixed = compare_multihop.get_config("mixed")
-    assert (mixed.task.max_difficulty, mixed.sft.max_difficulty) == (4, 2)
-    assert compare_multihop.get_config().task.max_difficulty == 2
-    mixed = compare_math.get_config("mixed")
-    assert (mixed.task.max_difficulty, mixed.sft.max_difficulty) == (5, 3)
-    assert compare_math.get_config().task.max_difficulty == 3
-    with pytest.raises(ConfigError, match=r"sources \['math', 'multihop'\], not 'funcall'"):
-        compare_funcall.get_config("mixed")
-
-
 def test_the_trace_arm_is_the_papers_local_mode_with_holdout_anchors_and_trace_global_is_the_pool():
     compare, base = grid.split_config(compare_multihop.get_config())
     compare = dataclasses.replace(compare, allocators=("grpo", "trace", "trace_global"), seeds=(0,))

@@ -64,11 +64,11 @@ def test_bad_outcome_arrays_are_refused(a, b, match):
 
 
 def test_the_primary_endpoint_script_pools_the_tasks_it_finds(tmp_path):
-    """experiments/primary_endpoint.py: per-task paired differences -> their mean; missing tasks named."""
+    """studies/powered/primary_endpoint.py: per-task paired differences -> their mean; missing tasks named."""
     import json
 
     from tests import experiment_scripts
-    script = experiment_scripts.load("primary_endpoint")
+    script = experiment_scripts.load("studies/powered/primary_endpoint")
     dirs = []
     for task, diff, se in (("math", 0.04, 0.01), ("funcall", 0.01, 0.02)):
         d = tmp_path / f"powered_{task}"

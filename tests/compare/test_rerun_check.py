@@ -1,4 +1,4 @@
-"""experiments/rerun_check.py: two run directories compared step by step (the first step whose ledger differs)
+"""studies/decisive/rerun_check.py: two run directories compared step by step (the first step whose ledger differs)
 and at the end (paired by task); the stored run of a comparison is found with its shared start, or named."""
 
 import json
@@ -21,7 +21,7 @@ def _run(path, ledgers, losses, successes):
 
 
 def test_two_runs_are_compared_step_by_step_and_at_the_end(tmp_path):
-    script = experiment_scripts.load("rerun_check")
+    script = experiment_scripts.load("studies/decisive/rerun_check")
     a = _run(tmp_path / "a", [10, 11, 12], [0.5, 0.25, 0.1], [1, 0, 1, 1])
     same = script.compare_runs(a, _run(tmp_path / "same", [10, 11, 12], [0.5, 0.25, 0.1], [1, 0, 1, 1]))
     assert same["identical_steps"] and same["first_ledger_divergence"] is None
@@ -33,7 +33,7 @@ def test_two_runs_are_compared_step_by_step_and_at_the_end(tmp_path):
 
 
 def test_a_stored_run_is_found_with_its_shared_start_or_named():
-    config = load_config_file("configs/compare_math.py:mixed,decisive")
+    config = load_config_file("studies/decisive/config.py:confirm")
     run, shared, after_sft = grid_runs.stored_run(config, "grpo", 7)
     assert run.seed == 7 and run.budget.tokens == 2342 and shared.endswith("confirm_math/shared")
     assert after_sft["mean@8"] == pytest.approx(0.061)

@@ -1,5 +1,4 @@
-"""The decisive comparison's pre-registered step-size selection (compare/selection.py), its phase-2 config
-and its endpoint script, on synthetic screens (the real stored-files path runs in tests/compare/test_runner.py); and the
+"""The decisive comparison's pre-registered step-size selection (compare/selection.py) and its endpoint script, on synthetic screens (the real stored-files path runs in tests/compare/test_runner.py); and the
 committed endpoint file against its committed report and the README's figures."""
 
 import dataclasses
@@ -13,7 +12,6 @@ from configs import compare_multihop
 from trace_jax.compare import grid, paired_report, report_files, selection
 from trace_jax.compare.selection import RunScore, Setting
 from trace_jax.config.files import from_config_dict
-from trace_jax.config.schema import ConfigError
 from tests import experiment_scripts
 
 
@@ -60,35 +58,6 @@ def test_a_setting_that_failed_the_audit_is_not_eligible_and_unfinished_seeds_ar
     assert "failed the audit (seeds [1])" in table and "**selected**" in table and "12.0" in table
 
 
-def _write_selection(path, provisional=False):
-    arms = {arm: {"settings": {"learner": {"learning_rate": 1e-4 if arm == "grpo" else 3e-4, "mini_batches": 4}}}
-            for arm in compare_multihop.SCREEN_ARMS}
-    path.write_text(json.dumps({"provisional": provisional, "arms": arms}))
-
-
-def test_the_confirmatory_config_runs_each_arm_at_its_selected_setting(tmp_path, monkeypatch):
-    monkeypatch.setattr(compare_multihop, "SELECTION", str(tmp_path / "selection.json"))
-    with pytest.raises(ConfigError, match="needs the screen's selection"):
-        compare_multihop.get_config("mixed,decisive")
-    _write_selection(tmp_path / "selection.json", provisional=True)
-    with pytest.raises(ConfigError, match="provisional"):
-        compare_multihop.get_config("mixed,decisive")
-    with pytest.raises(ConfigError, match="pick one"):
-        compare_multihop.get_config("screen,decisive")
-    _write_selection(tmp_path / "selection.json")
-    from configs import compare_math
-    compare, base = grid.split_config(compare_math.get_config("mixed,decisive"))
-    assert compare.endpoint == "sampled" and compare.seeds == tuple(range(8)) and compare.unit == "tokens"
-    runs = grid.validate(grid.framed(base, compare, compare.tokens), compare)
-    assert len(runs) == 4 * 8
-    by_arm = {v.name: r for v, s, r in runs if s == 0}
-    assert by_arm["grpo"].learner.learning_rate == 1e-4 and by_arm["trace"].learner.learning_rate == 3e-4
-    assert by_arm["trace"].allocator.prefix_budget == "local" and by_arm["trace_global"].allocator.prefix_budget == "global"
-    run = by_arm["trace"]
-    assert (run.rl.steps, run.eval.split, run.eval.num_tasks, run.eval.sample_k, run.eval.sample_tasks,
-            run.eval.sample_every, run.budget.unit) == (240, "separate", 1000, 8, 1000, 80, "tokens")
-
-
 def test_the_endpoint_field_is_checked():
     with pytest.raises(ValueError, match="endpoint must be 'greedy' or 'sampled'"):
         grid.CompareSection(endpoint="pass@8")
@@ -115,7 +84,7 @@ def test_the_report_pairs_trace_with_grpo_and_pcl_on_the_configured_endpoint():
 
 
 def test_the_decisive_endpoint_script_writes_the_fields_the_issue_names(tmp_path):
-    script = experiment_scripts.load("primary_endpoint")
+    script = experiment_scripts.load("studies/powered/primary_endpoint")
     with pytest.raises(ValueError, match="results_tokens.json not found"):
         script.decisive(str(tmp_path))
     primary = {"diff": 0.02, "ci95": [0.01, 0.03], "standard_error": 0.005, "mdd": 0.014, "seeds": 2,
@@ -141,12 +110,12 @@ def test_the_decisive_endpoint_script_writes_the_fields_the_issue_names(tmp_path
 def test_the_committed_decisive_endpoint_is_its_reports_and_the_readme_quotes_it():
     """`decisive/primary_endpoint.json` is what `primary_endpoint.py --decisive` makes of the committed report, and
     the README's headline figures are its own (a stale file or README fails here)."""
-    script = experiment_scripts.load("primary_endpoint")
+    script = experiment_scripts.load("studies/powered/primary_endpoint")
     with open(os.path.join(script.DECISIVE, "primary_endpoint.json"), encoding="utf-8") as f:
         committed = json.load(f)
     assert committed == json.loads(json.dumps(script.decisive(os.path.join(script.DECISIVE, "confirm_math"))))
     assert committed["seeds"] == 8 and committed["eval_tasks"] == 1000 and committed["endpoint"] == "sampled"
-    with open(os.path.join(os.path.dirname(os.path.dirname(script.RESULTS)), "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(script.REPO, "README.md"), encoding="utf-8") as f:
         readme = " ".join(f.read().replace("**", "").split())
 
     def quoted(d: dict) -> str:
@@ -175,15 +144,6 @@ def test_the_report_calls_equivalence_only_inside_the_configured_margin():
     for bad in (-0.1, 1.5, "0.6"):
         with pytest.raises(ValueError, match="equivalence_margin"):
             grid.CompareSection(equivalence_margin=bad)
-
-
-def test_the_decisive_config_fixes_the_plans_design_mdd_as_its_margin():
-    from configs import compare_math
-    plan = open(os.path.join(os.path.dirname(compare_math.__file__), "..", "experiments", "results", "decisive",
-                             "PLAN.md"), encoding="utf-8").read()
-    assert "**0.63 pts**" in plan  # the design's MDD at 8 x 1000, in the plan's table
-    assert compare_math.get_config("mixed,decisive").compare.equivalence_margin == pytest.approx(0.0063)
-    assert compare_math.get_config("mixed").compare.equivalence_margin == 0.0
 
 
 def test_the_primary_endpoint_is_the_configured_pair_and_its_arms_get_the_primary_seeds():

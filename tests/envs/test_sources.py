@@ -55,7 +55,7 @@ def test_the_settings_stored_runs_were_hashed_under_are_unchanged():
     assert schema.settings(from_config_dict(default_config()), ("task",)) == {
         "task.source": "multihop", "task.seed": 0, "task.num_questions": 2000, "task.max_difficulty": 2,
         "task.max_turns": 5, "task.max_tokens": 200, "task.search_top_k": 2, "task.search_words": 24}
-    compare, base = grid.split_config(compare_funcall.get_config("powered"))
+    compare, base = grid.split_config(compare_funcall.get_config())
     assert schema.settings(from_config_dict(base), ("task",)) == {
         "task.source": "funcall", "task.seed": 0, "task.num_questions": 2000, "task.max_difficulty": 0,
         "task.max_turns": 6, "task.max_tokens": 200, "task.search_top_k": 2, "task.search_words": 24}

@@ -79,7 +79,7 @@ class CompareSection:
       primary: the primary endpoint's two arms (a, b): the difference a - b (TRACE - GRPO by default).
       primary_seeds: the seeds of the primary endpoint's arms (`primary`) when they
         run more than the others (() = `seeds`).
-      results: a directory (say experiments/results/powered_math) that keeps every finished run's result
+      results: a directory (say studies/powered/results/math) that keeps every finished run's result
         files, the shared evaluation of the SFT start and its params digest; a grid resumes from it on
         another machine (`compare/results_store.py`). "" = the workdir only.
       ablation: "" for the main comparison, else a key of ABLATIONS (TRACE variants).

@@ -1,6 +1,6 @@
 """A comparison's per-run result files, kept outside the workdir so a grid can be finished in several
 sittings, on another machine, from what was committed (`compare.results`, e.g.
-experiments/results/powered_math).
+studies/powered/results/math).
 
 Layout: `<results>/shared.json` (the digest of the SFT params every run started from, the SFT
 settings and its held-out result), `<results>/shared/` (the SFT checkpoint's final step and the

@@ -1,16 +1,16 @@
-"""Each arm's setting from a step-size screen, by the rule pre-registered in
-experiments/results/decisive/PLAN.md ("Selection rule"), read from the screen's stored runs.
+"""Each arm's setting from a step-size screen, read from the screen's stored runs, by a rule fixed before the
+screen runs (a study's plan states it; the decisive comparison's is its "Selection rule").
 
 A screen is a grid with `compare.sweep` (every arm at every combination of the swept fields). Per arm:
   1. a setting is not eligible if any of its runs failed the per-step budget audit (it did not run at
-     equal measured cost; `results_store.AUDIT_FAILED` in its stored run directory, PLAN.md's amendment);
+     equal measured cost; `results_store.AUDIT_FAILED` in its stored run directory);
   2. the eligible settings are scored on the seeds every one of them finished (all of them when the
      screen is complete): the mean over those seeds of the final mean-of-k on the screen's eval split;
   3. among the settings within `tie` (0.5 points) of the best score, the largest area under the greedy
      curve against generated tokens wins; then the smaller learning rate; then the fewer mini-batches
      (the sweep's fields in order, smaller first).
 A setting with runs neither finished nor failed makes the selection provisional (the screen is not done).
-Pure functions of the stored files; `experiments/select_step_sizes.py` is the command.
+Pure functions of the stored files; a study's script calls them (e.g. studies/decisive/select_step_sizes.py).
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ class EvalSection:
         final one does), so a learning curve of sampled success exists beside the greedy one.
       decode_chunk: decode steps per call of the continuous scheduler in evaluations (0: as rl.decode_chunk). The
         same outcomes task for task (greedy and sampled); 16 measured 1.15x faster than whole turns on math
-        (experiments/bench_run_cost.py --section eval).
+        (studies/run_cost/bench_run_cost.py --section eval).
       intermediate_tasks: the greedy evaluations between the first and the last score only the first this many
         evaluated tasks, a fixed subset (0: all of them); the start and the end score every task. An
         intermediate evaluation that also measures the mean-of-k scores every task.

@@ -1,8 +1,8 @@
 """Does a rerun reproduce a stored comparison run? Compares two run directories step by step and at the end.
 
-  python experiments/rerun_check.py --committed experiments/results/decisive/confirm_math/runs/grpo/seed7-68dde17f \
+  python studies/decisive/rerun_check.py --committed studies/decisive/results/confirm_math/runs/grpo/seed7-68dde17f \
       --rerun /tmp/repro/runs/grpo/seed7-68dde17f
-  python experiments/rerun_check.py --config configs/compare_math.py:mixed,decisive --variant grpo --seed 7 --steps 12
+  python studies/decisive/rerun_check.py --config studies/decisive/config.py:confirm --variant grpo --seed 7 --steps 12
 
 The first form reads two finished runs (the stored one and one retrained from the same stored SFT checkpoint,
 e.g. `compare.py ... --config.compare.results=<a copy without that run> --seeds=7`): the first RL step whose
@@ -23,14 +23,14 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repo root
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 flags.DEFINE_string("committed", None, "A stored run directory (steps.jsonl, eval/step_N.json).")
 flags.DEFINE_string("rerun", None, "The rerun's directory.")
-flags.DEFINE_string("config", None, "configs/*.py[:args] of a comparison: train one of its runs twice here.")
+flags.DEFINE_string("config", None, "a comparison config (configs/*.py or studies/*/config.py)[:args]: train one of its runs twice here.")
 flags.DEFINE_string("variant", "grpo", "With --config: the variant.")
 flags.DEFINE_integer("seed", 0, "With --config: the seed.")
 flags.DEFINE_integer("steps", 12, "With --config: RL steps per training.")

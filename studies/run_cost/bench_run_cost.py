@@ -1,10 +1,10 @@
 """What a comparison run's seconds go to, and what the cheaper evaluation schedule saves (issue 53, item 2).
 
-  python experiments/bench_run_cost.py --section eval
-  python experiments/bench_run_cost.py --section schedule
+  python studies/run_cost/bench_run_cost.py --section eval
+  python studies/run_cost/bench_run_cost.py --section schedule
 
 Both start from a stored comparison's shared SFT checkpoint (default: the decisive comparison's GRPO seed 7 run,
-`configs/compare_math.py:mixed,decisive`).
+`studies/decisive/config.py:confirm`).
 
 `eval`: one held-out evaluation (greedy on --tasks tasks, mean-of-k on as many) through the turn-synchronous
 schedule (`rl.decode_chunk=0`) and through the continuous scheduler (`--chunk` decode steps per call), in
@@ -29,13 +29,13 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repo root
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 flags.DEFINE_enum("section", "eval", ["eval", "schedule"], "What to measure.")
-flags.DEFINE_string("config", "configs/compare_math.py:mixed,decisive", "A comparison with a stored shared start.")
+flags.DEFINE_string("config", "studies/decisive/config.py:confirm", "A comparison with a stored shared start.")
 flags.DEFINE_string("variant", "grpo", "The run's variant.")
 flags.DEFINE_integer("seed", 7, "The run's seed.")
 flags.DEFINE_integer("tasks", 200, "eval: tasks evaluated (greedy, and mean-of-k on the same tasks).")

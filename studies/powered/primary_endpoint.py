@@ -1,22 +1,22 @@
 """A comparison's primary endpoint from its `results_tokens.json` (written by `compare.py`).
 
-  python experiments/primary_endpoint.py --decisive
-  python experiments/primary_endpoint.py
-  python experiments/primary_endpoint.py --results experiments/results/powered_math,experiments/results/powered_funcall
+  python studies/powered/primary_endpoint.py --decisive
+  python studies/powered/primary_endpoint.py
+  python studies/powered/primary_endpoint.py --results studies/powered/results/math,studies/powered/results/funcall
 
-`--decisive`: the decisive comparison (experiments/results/decisive/PLAN.md): TRACE - GRPO final mean-of-8
-from `decisive/confirm_math/results_tokens.json`, with TRACE - PCL, the per-seed variance of the difference
+`--decisive`: the decisive comparison (studies/decisive/PLAN.md): TRACE - GRPO final mean-of-8
+from `studies/decisive/results/confirm_math/results_tokens.json`, with TRACE - PCL, the per-seed variance of the difference
 (PLAN: 12 seeds if it reaches 3 points^2), the decision, and each arm's final success and measured cost per
-step (from the runs' ledgers); writes `decisive/primary_endpoint.json` {diff, ci95, mdd, seeds, eval_tasks,
+step (from the runs' ledgers); writes `studies/decisive/results/primary_endpoint.json` {diff, ci95, mdd, seeds, eval_tasks,
 endpoint, arms_settings, decision, arms, ...}, its last line the same object.
 
 Without it, the powered comparison's: the 3-task mean of TRACE - GRPO held-out success at equal
-generated tokens, from each task's `results_tokens.json` (`compare.py --config ...:powered`).
+generated tokens, from each task's `results_tokens.json` (`compare.py --config studies/powered/config.py:task=...`).
 
 Prints each task's paired difference, their mean (independent experiments: variances add) with its
 95% interval and minimal detectable difference, and says which tasks are missing or unfinished; the
 last line is one JSON object {"tasks": {...}, "mean": {...} | null, "missing": [...]}, also written to
-`--output` (default experiments/results/primary_endpoint.json; empty: not written).
+`--output` (default studies/powered/results/primary_endpoint.json; empty: not written).
 """
 
 from __future__ import annotations
@@ -25,21 +25,22 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repo root
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from trace_jax.compare.paired import PairedDifference, mean_over_arms  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO, RESULTS = os.path.dirname(os.path.dirname(HERE)), os.path.join(HERE, "results")
 TASKS = ("multihop", "math", "funcall")
-flags.DEFINE_list("results", [os.path.join(RESULTS, f"powered_{t}") for t in TASKS],
+flags.DEFINE_list("results", [os.path.join(RESULTS, t) for t in TASKS],
                   "Results directories of the powered comparison, one per task.")
-flags.DEFINE_string("output", None, "Where the JSON object goes (default experiments/results/primary_endpoint.json, "
-                    "with --decisive experiments/results/decisive/primary_endpoint.json; empty: printed only).")
+flags.DEFINE_string("output", None, "Where the JSON object goes (default studies/powered/results/primary_endpoint.json, "
+                    "with --decisive studies/decisive/results/primary_endpoint.json; empty: printed only).")
 flags.DEFINE_bool("decisive", False, "The decisive comparison's endpoint (PLAN.md) instead of the powered one's.")
-DECISIVE = os.path.join(RESULTS, "decisive")
+DECISIVE = os.path.join(REPO, "studies", "decisive", "results")
 SEED_VARIANCE_FOR_12_SEEDS = 3.0  # points^2 (PLAN.md, phase 2)
 
 
@@ -86,7 +87,7 @@ def decisive(directory: str) -> dict:
     path = os.path.join(directory, "results_tokens.json")
     if not os.path.exists(path):
         raise ValueError(f"{path} not found: run (or --report_only) `compare.py --config "
-                         "configs/compare_math.py:mixed,decisive` first")
+                         "studies/decisive/config.py:confirm` first")
     with open(path, encoding="utf-8") as f:
         result = json.load(f)
     primary = result.get("primary_endpoint")
@@ -105,7 +106,7 @@ def decisive(directory: str) -> dict:
             "per_seed_diff_points": per_seed,
             "per_seed_variance_points2": float(np.var(per_seed, ddof=1)) if len(per_seed) > 1 else None,
             "arms": arm_summaries(result["runs"]),
-            "report": os.path.relpath(path, os.path.dirname(RESULTS))}
+            "report": os.path.relpath(path, REPO)}
 
 
 def _line(name: str, d: dict) -> str:

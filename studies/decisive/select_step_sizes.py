@@ -1,9 +1,9 @@
 """Each arm's step size from the decisive comparison's screen, by PLAN.md's selection rule
 (`trace_jax/compare/selection.py`), read from the screen's stored runs (no compute, no workdir).
 
-  python experiments/select_step_sizes.py
-  python experiments/select_step_sizes.py --config configs/compare_math.py:mixed,screen \
-      --output experiments/results/decisive/selection.json
+  python studies/decisive/select_step_sizes.py
+  python studies/decisive/select_step_sizes.py --config studies/decisive/config.py:screen \
+      --output studies/decisive/results/selection.json
 
 Prints every setting's per-seed mean-of-k and greedy area with its status (selected, eligible, failed the
 audit, not run) and each arm's choice; writes --output {"screen": config, "results": dir, "provisional": bool,
@@ -16,14 +16,14 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repo root
 
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "decisive")
-config_flags.DEFINE_config_file("config", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                       "configs", "compare_math.py") + ":mixed,screen",
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS, REPO = os.path.join(HERE, "results"), os.path.dirname(os.path.dirname(HERE))
+config_flags.DEFINE_config_file("config", os.path.join(HERE, "config.py") + ":screen",
                                 "The screen's config (a grid with compare.sweep and compare.results).")
 flags.DEFINE_string("output", os.path.join(RESULTS, "selection.json"), "Where the selection goes (empty: printed only).")
 
@@ -35,7 +35,7 @@ def select(config) -> dict:
     compare, base = grid.split_config(config)
     if not compare.sweep or not compare.results:
         raise ConfigError("the screen's config needs compare.sweep and compare.results (e.g. "
-                          "configs/compare_math.py:mixed,screen)")
+                          "studies/decisive/config.py:screen)")
     if compare.unit == "tokens" and not compare.tokens:
         raise ConfigError("compare.unit='tokens' needs the fixed cap compare.tokens to find the stored runs")
     shared = os.path.join(compare.results, "shared.json")
@@ -46,7 +46,7 @@ def select(config) -> dict:
     runs = grid.validate(grid.framed(base, compare, compare.tokens), compare)
     settings = selection.read_settings(compare.results, runs, compare, after_sft)
     choices = selection.choose(settings)
-    return {"results": os.path.relpath(compare.results, os.path.dirname(os.path.dirname(RESULTS))),
+    return {"results": os.path.relpath(compare.results, REPO),
             "provisional": any(c.provisional for c in choices.values()),
             "arms": {arm: {"variant": c.variant, "settings": c.arm_settings(), "seeds": list(c.seeds),
                            "score": c.score, "greedy_area": c.greedy_area, "reason": c.reason}
