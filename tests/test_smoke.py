@@ -12,6 +12,7 @@ import pytest
 from trace_jax import allocation
 from trace_jax.allocation.predictor import SuccessPredictor, feature_width
 from trace_jax.rl import learner
+from trace_jax.rl.batches import paths
 from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rl.losses import LossConfig
 from trace_jax.rollout.agent_loop import RolloutEngine
@@ -35,7 +36,7 @@ def test_one_trace_step_end_to_end(tiny_setup):
         assert tree.open_nodes() == [] and all(leaf.terminal for leaf in tree.leaves())
     assert np.isfinite(outcome.predictor_loss)
     sequences = estimate(outcome.trees, AdvantageConfig())
-    batch = jax.device_put(learner.build_batch(outcome.trees, sequences, micro_batch=4))
+    batch = jax.device_put(paths.build(outcome.trees, sequences, micro_batch=4))
     optimizer = learner.make_optimizer(learner.LearnerConfig())
     params = jax.tree.map(jnp.array, policy.params)
     opt_state = optimizer.init(params)

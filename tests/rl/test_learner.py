@@ -8,6 +8,7 @@ import pytest
 
 from trace_jax import allocation
 from trace_jax.rl import learner
+from trace_jax.rl.batches import paths
 from trace_jax.rl.advantages import AdvantageConfig, Sequence, estimate
 from trace_jax.rl.logprobs import sequence_logprobs, token_logprobs
 from trace_jax.rl.losses import LossConfig, ppo_clip
@@ -57,7 +58,7 @@ def rollouts(tiny_setup):
 def test_learner_logprobs_equal_the_samplers(tiny_setup, rollouts):
     policy = tiny_setup.policy
     seqs = estimate(rollouts, AdvantageConfig())
-    batch = learner.build_batch(rollouts, seqs, micro_batch=4)
+    batch = paths.build(rollouts, seqs, micro_batch=4)
     flat = {k: v.reshape(-1, v.shape[-1]) for k, v in batch.items()}
     positions = np.broadcast_to(np.arange(flat["tokens"].shape[1]), flat["tokens"].shape)
     logits = forward(policy.config, policy.params, flat["tokens"], positions, attention_mask=flat["valid"]).logits
@@ -76,7 +77,7 @@ def test_the_blocked_lm_head_and_either_remat_give_the_plain_passes_logprobs_and
 
     config = tiny_setup.policy.config
     params = tiny_setup.policy.params
-    batch = learner.build_batch(rollouts, estimate(rollouts, AdvantageConfig()), micro_batch=4)
+    batch = paths.build(rollouts, estimate(rollouts, AdvantageConfig()), micro_batch=4)
     micro = {k: jnp.asarray(v[0]) for k, v in batch.items()}
     N, L = micro["tokens"].shape
     assert L > 8
@@ -97,7 +98,7 @@ def test_the_blocked_lm_head_and_either_remat_give_the_plain_passes_logprobs_and
 
 def test_observation_and_prompt_tokens_are_never_trained(rollouts):
     seqs = estimate(rollouts, AdvantageConfig(name="grpo"))
-    batch = learner.build_batch(rollouts, seqs, micro_batch=2)
+    batch = paths.build(rollouts, seqs, micro_batch=2)
     tree, seq = rollouts[seqs[0].tree], seqs[0]
     path = tree.path(seq.leaf)
     prompt = len(path[0].tokens)
@@ -114,7 +115,7 @@ def _step(tiny_setup, rollouts, micro_batch):
     policy = tiny_setup.policy
     seqs = [Sequence(s.tree, s.leaf, {n: 1.0 - 0.3 * i for i, n in enumerate(s.advantages)})
             for s in estimate(rollouts, AdvantageConfig())]
-    batch = learner.build_batch(rollouts, seqs, micro_batch=micro_batch)
+    batch = paths.build(rollouts, seqs, micro_batch=micro_batch)
     optimizer = learner.make_optimizer(learner.LearnerConfig(learning_rate=1e-3))
     params = jax.tree.map(jnp.array, policy.params)
     new, _, metrics = learner.train_step(policy.config, LossConfig(), optimizer, params, optimizer.init(params),
@@ -139,20 +140,20 @@ def test_the_learner_step_compiles_once_per_batch_bucket(tiny_setup, rollouts):
     optimizer = learner.make_optimizer(learner.LearnerConfig())
     params = jax.tree.map(jnp.array, policy.params)
     opt_state = optimizer.init(params)
-    length = learner.build_batch(rollouts, seqs, micro_batch=4)["tokens"].shape[-1]
+    length = paths.build(rollouts, seqs, micro_batch=4)["tokens"].shape[-1]
     for n in (8, 7, 5):
-        batch = learner.build_batch(rollouts, seqs[:n], micro_batch=4)
+        batch = paths.build(rollouts, seqs[:n], micro_batch=4)
         batch = {k: np.pad(v, [(0, 0), (0, 0), (0, length - v.shape[-1])]) for k, v in batch.items()}
         params, opt_state, _ = step(policy.config, LossConfig(), optimizer, params, opt_state, batch)
     with pytest.raises(AssertionError, match="traced > 1 times"):  # a new bucket is a new trace
         step(policy.config, LossConfig(), optimizer, params, opt_state,
-             learner.build_batch(rollouts, seqs[:2], micro_batch=2))
+             paths.build(rollouts, seqs[:2], micro_batch=2))
 
 
 def test_a_non_finite_step_leaves_params_and_optimizer_state_unchanged(tiny_setup, rollouts):
     policy = tiny_setup.policy
     seqs = estimate(rollouts, AdvantageConfig(name="grpo"))
-    batch = learner.build_batch(rollouts, seqs, micro_batch=4)
+    batch = paths.build(rollouts, seqs, micro_batch=4)
     batch["advantages"] = np.where(batch["mask"], np.nan, 0.0).astype(np.float32)  # a poisoned batch
     optimizer = learner.make_optimizer(learner.LearnerConfig(learning_rate=1e-3))
     params = jax.tree.map(jnp.array, policy.params)
@@ -178,7 +179,7 @@ def test_micro_batch_gradients_are_summed_in_float32_for_bf16_params(tiny_setup,
     params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), tiny_setup.policy.params)
     seqs = [Sequence(s.tree, s.leaf, {n: 1.0 - 0.3 * i for i, n in enumerate(s.advantages)})
             for s in estimate(rollouts, AdvantageConfig())]
-    one = jax.tree.map(lambda x: x[:1], learner.build_batch(rollouts, seqs, micro_batch=1))
+    one = jax.tree.map(lambda x: x[:1], paths.build(rollouts, seqs, micro_batch=1))
     single, _ = learner.gradients(config, LossConfig(), params, one)
     summed, _ = learner.gradients(config, LossConfig(), params, jax.tree.map(lambda x: np.concatenate([x] * 64), one))
     assert any(np.abs(np.asarray(x, np.float32)).max() > 0 for x in jax.tree.leaves(single))

@@ -8,6 +8,7 @@ import pytest
 
 from trace_jax import allocation
 from trace_jax.rl import learner, updates
+from trace_jax.rl.batches import paths
 from trace_jax.rl.advantages import AdvantageConfig, Sequence, estimate
 from trace_jax.rl.losses import LossConfig
 from trace_jax.rollout.agent_loop import RolloutEngine
@@ -35,7 +36,7 @@ def test_one_update_is_the_single_step_bit_for_bit(tiny_setup, trees):
     config = learner.LearnerConfig(learning_rate=1e-3, micro_batch=4)
     seqs = estimate(trees, AdvantageConfig())
     learn, params, opt_state = _learn(tiny_setup, config)
-    want_params, _, want = learn(params, opt_state, learner.build_batch(trees, seqs, config.micro_batch))
+    want_params, _, want = learn(params, opt_state, paths.build(trees, seqs, config.micro_batch))
     want_params = jax.tree.map(np.asarray, want_params)
     learn, params, opt_state = _learn(tiny_setup, config)
     batches = updates.plan(trees, seqs, config, seed=5)
@@ -61,7 +62,7 @@ def test_mini_batches_cover_every_sequence_once_per_epoch_and_keep_trees_togethe
     assert len(batches) == 6 and len({tuple(b["tokens"].shape) for b in batches}) == 1  # one compiled shape
     # every trained token trained once per epoch
     per_epoch = sum(int(b["mask"].sum()) for b in batches[:3])
-    assert per_epoch == int(learner.build_batch(trees, seqs, 2)["mask"].sum())
+    assert per_epoch == int(paths.build(trees, seqs, 2)["mask"].sum())
 
 
 def test_a_second_update_moves_the_ratio_and_the_clip_acts(tiny_setup, trees):

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from trace_jax.rl import learner, updates
+from trace_jax.rl.batches import paths
 from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rl.logprobs import sequence_logprobs
 from trace_jax.rollout.tree import RolloutTree
@@ -32,7 +33,7 @@ REFERENCE_ADVANTAGE = AdvantageConfig(name="grpo", scale="none")  # r - the prom
 
 def held_out_batch(trees: list[RolloutTree], micro_batch: int) -> dict[str, np.ndarray]:
     """One row per rollout of `trees` (plain layout), its advantage r - r_bar on every generated token."""
-    return learner.build_batch(trees, estimate(trees, REFERENCE_ADVANTAGE), micro_batch)
+    return paths.build(trees, estimate(trees, REFERENCE_ADVANTAGE), micro_batch)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2))

@@ -228,7 +228,7 @@ RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode
 # How a run computes, not what it computes: the rollout scheduler and the learner's sequence layout sample
 # from the same distributions and give the same losses and gradients up to float rounding (greedy rollouts are
 # token for token the same: tests/rollout/test_continuous.py; the packed learner equals the per-path one to
-# 1e-5: tests/rl/test_packing.py). A comparison identifies a run without them (`run_identity`), so a stored
+# 1e-5: tests/rl/batches/test_packed.py). A comparison identifies a run without them (`run_identity`), so a stored
 # run is read back whichever scheduler or layout ran it, and switching either reruns nothing.
 EXECUTION_SETTINGS = ("rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "learner.layout", "eval.decode_chunk")
 

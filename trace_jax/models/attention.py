@@ -12,7 +12,7 @@ _MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (n
 # A full-sequence pass (the learner's) longer than this attends in blocks of this many queries, so the
 # scores it holds at once are [B, N, block, S], never [B, N, S, S] (16k tokens x 32 heads: 32 GB a row).
 ATTENTION_BLOCK = 1024
-# Packed trees (`rl/packing.py`) make rows as long as a whole tree, of which a query sees only its own path:
+# Packed trees (`rl/batches/packed.py`) make rows as long as a whole tree, of which a query sees only its own path:
 # above this many tokens such a row attends in blocks of this many queries (`_causal_blocks`), so its scores
 # [B, N, block, <= S] are no larger than the per-path layout's [B, N, L, L] for paths a fraction of the row
 # long, and later groups of blocks alone score the row's later keys.
@@ -24,7 +24,7 @@ CAUSAL_GROUPS = 4
 @struct.dataclass
 class CausalMask:
     """A full sequence's self-attention mask, kept implicit: query s sees the keys t <= s that are real
-    tokens (`valid` [B, S]). Packed trees (`rl/packing.py`) add `enter` and `exit` [B, S]: the row positions
+    tokens (`valid` [B, S]). Packed trees (`rl/batches/packed.py`) add `enter` and `exit` [B, S]: the row positions
     where each token's node starts and where that node's subtree ends (nodes laid out depth-first), and
     key t is then also an ancestor-or-self token of query s: enter[t] <= enter[s] < exit[t]. `dense` builds
     any block of queries' rows of it, so no [S, S] mask exists beyond one block."""

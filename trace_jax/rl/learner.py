@@ -1,5 +1,4 @@
-"""The learner: training sequences from trees, padded to buckets, and one jitted optimizer step
-that scans over micro-batches (gradient accumulation) and returns loss, clip fraction, approximate
+"""The learner: one jitted optimizer step over a batch of either layout (`rl/batches/`) that scans over micro-batches (gradient accumulation) and returns loss, clip fraction, approximate
 KL, gradient norm and entropy. The several updates of one RL step (mini-batches, epochs) are planned and
 run by `rl/updates.py`. A step whose loss or gradient is not finite leaves params and optimizer
 state unchanged (`keep_if_finite`); the caller stops the run (`require_finite`)."""
@@ -12,17 +11,13 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
 from trace_jax.parallel.host import to_device, to_host
-from trace_jax.rl.advantages import Sequence
-from trace_jax.rl.logprobs import packed_logprobs, sequence_logprobs
+from trace_jax.rl import batches
 from trace_jax.rl.losses import LossConfig, get_loss
-from trace_jax.rollout.tree import RolloutTree
-from trace_jax.sampling.state import batch_bucket, length_bucket
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,7 +39,7 @@ class LearnerConfig:
         (least memory; each layer's forward runs twice: on a CPU the same step time, measured by
         experiments/bench_learner.py, more where matmuls dominate; long sequences on small devices).
       layout: "paths" (default): one row per leaf path, its whole context included, so a tree's shared
-        turns are computed once per leaf below them; "packed" (`rl/packing.py`): each tree's nodes once,
+        turns are computed once per leaf below them; "packed" (`rl/batches/packed.py`): each tree's nodes once,
         depth-first, several trees per row, attention restricted to each token's own path: the same loss
         and gradients with every shared token computed once.
     """
@@ -60,8 +55,8 @@ class LearnerConfig:
     layout: str = "paths"
 
     def __post_init__(self):
-        if self.layout not in ("paths", "packed"):
-            raise ValueError(f"learner.layout must be 'paths' or 'packed', got {self.layout!r}")
+        if self.layout not in batches.LAYOUTS:
+            raise ValueError(f"learner.layout must be one of {sorted(batches.LAYOUTS)}, got {self.layout!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,61 +94,12 @@ def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
                        optax.adamw(config.learning_rate, weight_decay=config.weight_decay))
 
 
-def sequence_length(trees: list[RolloutTree], seq: Sequence) -> int:
-    """Tokens of a sequence's row: its leaf path's turns and observations."""
-    return sum(len(n.tokens) + len(n.observation) for n in trees[seq.tree].path(seq.leaf))
-
-
-def padded_rows(sequences: int, micro_batch: int) -> int:
-    """Rows of a batch of `sequences`: a power of two, at least and a multiple of one micro-batch."""
-    return max(micro_batch, -(-batch_bucket(sequences) // micro_batch) * micro_batch)
-
-
-def build_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch: int, *,
-                length: int | None = None, rows: int | None = None) -> dict[str, np.ndarray]:
-    """[num_micro, micro_batch, L] arrays. Position t holds token t and predicts token t + 1:
-    `mask` is set where token t + 1 is a generated token trained in this sequence (observations and
-    prompts never are), with its advantage and the sampler's log-prob. `length` and `rows` (a multiple of
-    micro_batch) fix the shape (default: the buckets of these sequences)."""
-    built = []
-    for seq in sequences:
-        tree = trees[seq.tree]
-        ids, trained, adv, old = [], [], [], []
-        for node in tree.path(seq.leaf):
-            own = node.id in seq.advantages
-            ids += node.tokens + node.observation
-            trained += [own] * len(node.tokens) + [False] * len(node.observation)
-            a = seq.advantages.get(node.id, 0.0)
-            adv += [a] * len(node.tokens) + [0.0] * len(node.observation)
-            lp = node.logprobs if node.id else [0.0] * len(node.tokens)
-            old += list(lp) + [0.0] * len(node.observation)
-        built.append((ids, trained, adv, old))
-    longest = max((len(r[0]) for r in built), default=1)
-    length = length_bucket(longest) if length is None else length
-    n = padded_rows(len(built), micro_batch) if rows is None else rows
-    if longest > length or len(built) > n or n % micro_batch:
-        raise ValueError(f"{len(built)} sequences of up to {longest} tokens do not fit a batch of {n} rows x {length} "
-                         f"tokens in micro-batches of {micro_batch}")
-    out = {"tokens": np.zeros((n, length), np.int32), "valid": np.zeros((n, length), bool),
-           "targets": np.zeros((n, length), np.int32), "mask": np.zeros((n, length), bool),
-           "advantages": np.zeros((n, length), np.float32), "old_logprobs": np.zeros((n, length), np.float32)}
-    for r, (ids, trained, adv, old) in enumerate(built):
-        L = len(ids)
-        out["tokens"][r, :L] = ids
-        out["valid"][r, :L] = True
-        out["targets"][r, : L - 1] = ids[1:]
-        out["mask"][r, : L - 1] = trained[1:]
-        out["advantages"][r, : L - 1] = adv[1:]
-        out["old_logprobs"][r, : L - 1] = old[1:]
-    return {k: v.reshape(n // micro_batch, micro_batch, length) for k, v in out.items()}
-
-
 def _gradients(model_config: ModelConfig, loss_config: LossConfig, params: Params, batch: dict[str, jax.Array]):
     """The loss gradient over the whole batch ([num_micro, micro, L] arrays), accumulated over its
     micro-batches, and the summed loss metrics."""
     loss_impl = get_loss(loss_config)
     mask = batch["mask"]
-    packed = "sources" in batch  # `rl/packing.py`'s layout, else one row per leaf path
+    packed = batches.is_packed(batch)
     if loss_config.aggregation == "token_mean":
         normalizer = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
     elif packed:  # each sequence's entries' weights sum to 1
@@ -162,11 +108,7 @@ def _gradients(model_config: ModelConfig, loss_config: LossConfig, params: Param
         normalizer = jnp.maximum(jnp.any(mask, axis=-1).sum(), 1).astype(jnp.float32)
 
     def loss_fn(p, micro):
-        if packed:
-            new, entropy = packed_logprobs(model_config, p, micro, loss_config.temperature)
-        else:
-            new, entropy = sequence_logprobs(model_config, p, micro["tokens"], micro["valid"], micro["targets"],
-                                             loss_config.temperature)
+        new, entropy = batches.logprobs(model_config, p, micro, loss_config.temperature)
         return loss_impl(new, entropy, micro, loss_config, normalizer)
 
     def accumulate(carry, micro):

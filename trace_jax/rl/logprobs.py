@@ -35,7 +35,7 @@ def sequence_logprobs(config: ModelConfig, params: Params, tokens, valid, target
 
 
 def packed_logprobs(config: ModelConfig, params: Params, batch, temperature: float):
-    """Packed trees (`rl/packing.py`): one forward pass over rows of depth-first laid-out nodes (`positions`:
+    """Packed trees (`rl/batches/packed.py`): one forward pass over rows of depth-first laid-out nodes (`positions`:
     each token's place on its own path; `enter`, `exit`: the ancestor-or-self attention rule), then the
     log-prob and entropy of each target entry [N, E], read at its source position (the token before it on
     its path: the parent's last token for a node's first one, so one position predicts each child)."""

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from trace_jax.rl import learner, packing
+from trace_jax.rl import batches
 from trace_jax.rl.advantages import Sequence
 from trace_jax.rl.learner import LearnerConfig, LearnerMetrics
 from trace_jax.rollout.tree import RolloutTree
-from trace_jax.sampling.state import length_bucket
 
 
 def trained_tokens(trees: list[RolloutTree], seq: Sequence) -> int:
@@ -50,28 +49,19 @@ def plan(trees: list[RolloutTree], sequences: list[Sequence], config: LearnerCon
     rng = np.random.default_rng(seed)
     epochs = [mini_batches(trees, sequences, config, rng) for _ in range(config.epochs)]
     groups = [g for groups in epochs for g in groups if g]
-    length = length_bucket(max(learner.sequence_length(trees, s) for s in sequences))
-    if config.layout == "packed":
-        layouts = [packing.units(trees, [sequences[i] for i in g]) for g in groups]
-        shape = packing.shape(layouts, config.micro_batch, length)
-        return [packing.batch(g, *shape) for g in layouts]
-    rows = max(learner.padded_rows(len(g), config.micro_batch) for g in groups)
-    return [learner.build_batch(trees, [sequences[i] for i in g], config.micro_batch, length=length, rows=rows)
-            for g in groups]
+    return batches.layout(config.layout).step_batches(trees, sequences, groups, config.micro_batch)
 
 
 def full_batch(trees: list[RolloutTree], sequences: list[Sequence], config: LearnerConfig) -> dict[str, np.ndarray]:
     """Every sequence of the step in one batch of the configured layout (the gradient a study measures)."""
-    if config.layout == "packed":
-        return packing.build_packed_batch(trees, sequences, config.micro_batch)
-    return learner.build_batch(trees, sequences, config.micro_batch)
+    return batches.layout(config.layout).build(trees, sequences, config.micro_batch)
 
 
-def run(learn, params, opt_state, batches: list[dict[str, np.ndarray]], epochs: int = 1):
+def run(learn, params, opt_state, step_batches: list[dict[str, np.ndarray]], epochs: int = 1):
     """Applies `learn(params, opt_state, batch) -> (params, opt_state, device metrics)` to each batch in
     order (`epochs` passes over the step's sequences); returns (params, opt_state, LearnerMetrics)."""
     per_update = []
-    for batch in batches:
+    for batch in step_batches:
         params, opt_state, metrics = learn(params, opt_state, batch)
         per_update.append(metrics)
     return params, opt_state, summarize([LearnerMetrics.from_device(m) for m in per_update], epochs)

@@ -10,7 +10,8 @@ import pytest
 from trace_jax.models import init_params
 from trace_jax.models.attention import CausalMask
 from trace_jax.models.presets import get_preset
-from trace_jax.rl import learner, packing, updates
+from trace_jax.rl import learner, updates
+from trace_jax.rl.batches import packed as packed_layout, paths as paths_layout
 from trace_jax.rl.advantages import AdvantageConfig, Sequence, estimate
 from trace_jax.rl.losses import LossConfig
 from trace_jax.rollout.tree import RolloutTree
@@ -76,8 +77,8 @@ def test_packed_and_per_path_layouts_give_the_same_logprobs_loss_and_gradients(m
     config, params = model
     trees = _trees(seed)
     sequences = estimate(trees, AdvantageConfig(name=estimator))
-    paths = learner.build_batch(trees, sequences, micro_batch=2)
-    packed = packing.build_packed_batch(trees, sequences, micro_batch=2)
+    paths = paths_layout.build(trees, sequences, micro_batch=2)
+    packed = packed_layout.build(trees, sequences, micro_batch=2)
     assert packed["tokens"].size < paths["tokens"].size or len(trees[0].nodes) == 2
     assert int(packed["mask"].sum()) == int(paths["mask"].sum())  # the same trained targets
     new_paths, old_paths = _per_token(model, paths, packed=False)
@@ -98,8 +99,8 @@ def test_on_chains_packing_changes_nothing_but_padding(model):
     rng = np.random.default_rng(5)
     trees = [_random_tree(rng, 3, 1) for _ in range(4)]
     sequences = estimate(trees, AdvantageConfig(name="grpo"))
-    paths = learner.build_batch(trees, sequences, micro_batch=4)
-    packed = packing.build_packed_batch(trees, sequences, micro_batch=4)
+    paths = paths_layout.build(trees, sequences, micro_batch=4)
+    packed = packed_layout.build(trees, sequences, micro_batch=4)
     assert int(paths["valid"].sum()) == int(packed["valid"].sum())  # every token once either way
     np.testing.assert_array_equal(np.sort(paths["tokens"][paths["valid"]]), np.sort(packed["tokens"][packed["valid"]]))
     new_paths, _ = _per_token(model, paths, packed=False)
@@ -115,7 +116,7 @@ def test_a_shared_turn_is_laid_out_once_and_each_child_sees_only_its_path():
     c = tree.add(a.id, tokens=[8, 9], logprobs=[-0.4, -0.5], entropy=[0, 0])
     for leaf in (b, c):
         leaf.terminal = True
-    unit = packing.tree_unit(tree, [Sequence(0, b.id, {a.id: 1.0, b.id: 1.0}), Sequence(0, c.id, {c.id: -1.0})])
+    unit = packed_layout.tree_unit(tree, [Sequence(0, b.id, {a.id: 1.0, b.id: 1.0}), Sequence(0, c.id, {c.id: -1.0})])
     assert unit.tokens == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert unit.positions == [0, 1, 2, 3, 4, 5, 6, 6, 7]  # b and c both start after the 6 tokens of their path
     # sources: a's tokens from 3 and 4, b's first token and c's first token both from the observation (5)
@@ -134,11 +135,11 @@ def test_a_shared_turn_is_laid_out_once_and_each_child_sees_only_its_path():
 def test_several_trees_share_a_row_and_never_attend_across():
     trees = _trees(7, count=4)
     sequences = estimate(trees, AdvantageConfig(name="trace_tree"))
-    layouts = packing.units(trees, sequences)
+    layouts = packed_layout.units(trees, sequences)
     length = max(len(u.tokens) for u in layouts) * 2
-    rows = packing.pack(layouts, length)
+    rows = packed_layout.pack(layouts, length)
     assert len(rows) < len(layouts)
-    batch = packing.batch(layouts, 1, length, len(rows), 512)
+    batch = packed_layout.batch(layouts, 1, length, len(rows), 512)
     enter, exit_ = batch["enter"][:, 0], batch["exit"][:, 0]
     for r in range(len(rows)):
         mask = np.asarray(CausalMask(jnp.asarray(batch["valid"][r]), jnp.asarray(enter[r:r + 1]),
@@ -156,11 +157,11 @@ def test_the_update_plan_packs_every_mini_batch_to_one_shape():
     batches = updates.plan(trees, sequences, config, seed=0)
     assert len(batches) == 4 and len({tuple((k, v.shape) for k, v in sorted(b.items())) for b in batches}) == 1
     per_epoch = sum(int(b["mask"].sum()) for b in batches) / 2
-    assert per_epoch == int(learner.build_batch(trees, sequences, micro_batch=2)["mask"].sum())
+    assert per_epoch == int(paths_layout.build(trees, sequences, micro_batch=2)["mask"].sum())
 
 
 def test_an_unknown_layout_is_refused_by_name():
-    with pytest.raises(ValueError, match="learner.layout must be 'paths' or 'packed', got 'tree'"):
+    with pytest.raises(ValueError, match=r"learner.layout must be one of \['packed', 'paths'\], got 'tree'"):
         learner.LearnerConfig(layout="tree")
 
 
@@ -174,7 +175,7 @@ def test_long_packed_rows_attend_in_causal_blocks_with_the_same_result(model, mo
     config, params = model
     trees = _trees(11)
     sequences = estimate(trees, AdvantageConfig(name="trace_tree"))
-    packed = packing.build_packed_batch(trees, sequences, micro_batch=2)
+    packed = packed_layout.build(trees, sequences, micro_batch=2)
     loss = LossConfig(aggregation="sequence_mean")
 
     def step():
@@ -189,7 +190,7 @@ def test_long_packed_rows_attend_in_causal_blocks_with_the_same_result(model, mo
     monkeypatch.setattr(transformer, "PACKED_ATTENTION_BLOCK", 16)
     assert packed["tokens"].shape[-1] > 3 * 16, "4 blocks or more: 2 groups or more, the later scoring more keys"
     blocked, blocked_grads, blocked_loss = step()
-    paths, _ = _per_token(model, learner.build_batch(trees, sequences, micro_batch=2), packed=False)
+    paths, _ = _per_token(model, paths_layout.build(trees, sequences, micro_batch=2), packed=False)
     np.testing.assert_allclose(blocked, whole, atol=1e-5)
     np.testing.assert_allclose(blocked, paths, atol=1e-5)
     if gradients:

@@ -11,7 +11,7 @@ shared turn in two sequences trains it twice, as the per-path layout does), read
 (the token before it on its path: for a node's first token, its parent's last one, which thus predicts
 every child), with its advantage, the sampler's log-prob and, for sequence-mean losses, 1 / the trained
 tokens of its sequence. With the same trees and sequences the loss, log-probs and gradients equal the
-per-path layout's (`tests/rl/test_packing.py`)."""
+per-path layout's (`tests/rl/batches/test_packed.py`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from trace_jax.rl.advantages import Sequence
-from trace_jax.rl.learner import padded_rows, sequence_length
+from trace_jax.rl.batches.paths import padded_rows, sequence_length
 from trace_jax.rollout.tree import RolloutTree
 from trace_jax.sampling.state import length_bucket
 
@@ -156,8 +156,16 @@ def batch(layouts: list[Unit], micro_batch: int, length: int, rows: int, entries
     return {k: v.reshape(rows // micro_batch, micro_batch, v.shape[1]) for k, v in out.items()}
 
 
-def build_packed_batch(trees: list[RolloutTree], sequences: list[Sequence], micro_batch: int) -> dict[str, np.ndarray]:
-    """The packed batch of `sequences` at its own buckets (`learner.build_batch`'s counterpart)."""
+def build(trees: list[RolloutTree], sequences: list[Sequence], micro_batch: int) -> dict[str, np.ndarray]:
+    """The packed batch of `sequences` at its own buckets (`paths.build`'s counterpart)."""
     layouts = units(trees, sequences)
     path_length = length_bucket(max(sequence_length(trees, s) for s in sequences))
     return batch(layouts, *shape([layouts], micro_batch, path_length))
+
+
+def step_batches(trees: list[RolloutTree], sequences: list[Sequence], groups: list[list[int]],
+                 micro_batch: int) -> list[dict[str, np.ndarray]]:
+    """One packed batch per group of `sequences` indices (a step's mini-batches), all of one shape."""
+    path_length = length_bucket(max(sequence_length(trees, s) for s in sequences))
+    layouts = [units(trees, [sequences[i] for i in g]) for g in groups]
+    return [batch(g, *shape(layouts, micro_batch, path_length)) for g in layouts]
