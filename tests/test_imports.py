@@ -99,4 +99,8 @@ def test_the_circle_finder_finds_a_circle():
 def test_the_top_level_is_packages_named_after_the_layers():
     entries = sorted(e for e in os.listdir(PACKAGE) if not e.startswith("__"))
     modules = [e for e in entries if e.endswith(".py")]
-    assert modules == ["registry.py"], f"only the registry (the bottom layer) is a top-level module: {modules}"
+    assert modules == ["ranges.py", "registry.py"], (
+        f"only the bottom layer (the registry, the field ranges) is top-level modules: {modules}")
+    graph = _graph(layer=False)
+    for bottom in ("trace_jax.ranges", "trace_jax.registry"):  # any config dataclass may use them: they use nothing
+        assert not graph.get(bottom), f"{bottom} imports {sorted(graph[bottom])}"

@@ -3,10 +3,12 @@
 import dataclasses
 import json
 import os
+import re
 
 import pytest
 
 from configs import quickstart
+from trace_jax import ranges
 from trace_jax.config import schema
 from trace_jax.config.files import config_args, default_config, from_config_dict
 from trace_jax.config.schema import ConfigError
@@ -241,6 +243,20 @@ def test_range_errors_state_the_allowed_range():
     with pytest.raises(ConfigError, match=r"'rl\.decode_slots'=-8 is out of range: allowed \[0, inf\]"):
         from_config_dict(_updated({"rl.decode_slots": -8}))
     assert from_config_dict(_updated({"rl.decode_slots": 8})).rl.decode_slots == 8  # whole turns in 8 slots
+
+
+@pytest.mark.parametrize("key,value,allowed", [("task.f1_success", 1.5, "[0, 1]"), ("predictor.width", 0, "[1, inf]"),
+                                               ("predictor.weight_cap", 0.0, "(0, inf]"),
+                                               ("learner.remat", "all", "('dots', 'layer')"),
+                                               ("loss.clip_low", 1.0, "[0, 1)")])
+def test_each_owner_declares_its_fields_ranges_and_one_walk_checks_them(key, value, allowed):
+    """Ranges live on the fields of the dataclass that owns them (a task source's config, PredictorConfig,
+    LearnerConfig, LossConfig), `ranged(default, allowed)`; `checks.check_fields` reads them all."""
+    section, name = key.split(".")
+    owner = dataclasses.fields(type(getattr(from_config_dict(_updated({})), section)))
+    assert str(ranges.allowed(next(f for f in owner if f.name == name))) == allowed
+    with pytest.raises(ConfigError, match=re.escape(f"'{key}'={value!r} is out of range: allowed {allowed}")):
+        from_config_dict(_updated({key: value}))
 
 
 @pytest.mark.parametrize("name,arg,culprit", [

@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 
+from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, ranged
 from trace_jax.rollout.tree import Ledger
 
 MAX_ROLLOUT_SCALE = 4  # unit="tokens": a step's rollout budget is at most this many times budget.rollouts
@@ -37,17 +38,17 @@ class BudgetConfig:
       solver: "greedy" or "dp" for TRACE's stage 1.
     """
 
-    rollouts: int = 32
-    prompts: int = 8
-    candidates: int = 32
-    m_min: int = 2
-    m_max: int = 8
+    rollouts: int = ranged(32, AT_LEAST_1)
+    prompts: int = ranged(8, AT_LEAST_1)
+    candidates: int = ranged(32, AT_LEAST_1)
+    m_min: int = ranged(2, AT_LEAST_1)
+    m_max: int = ranged(8, AT_LEAST_1)
     root_fraction: float = 0.5
-    rounds: int = 1
+    rounds: int = ranged(1, AT_LEAST_0)
     unit: str = "rollouts"
     tokens: int = 0
     prefill_weight: float = 0.0
-    branch_k: int = 2
+    branch_k: int = ranged(2, AT_LEAST_1)
     solver: str = "greedy"
 
     def __post_init__(self):

@@ -25,6 +25,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from trace_jax.ranges import AT_LEAST_1, POSITIVE, ranged
 from trace_jax.rollout.tree import Node, RolloutTree
 
 NUM_SCALARS = 3
@@ -93,11 +94,11 @@ class PredictorConfig:
         the predicted probability, the paper's regression).
     """
 
-    width: int = 128
-    learning_rate: float = 3e-3
-    epochs: int = 4
-    replay_steps: int = 4
-    weight_cap: float = 8.0
+    width: int = ranged(128, AT_LEAST_1)
+    learning_rate: float = ranged(3e-3, POSITIVE)
+    epochs: int = ranged(4, AT_LEAST_1)
+    replay_steps: int = ranged(4, AT_LEAST_1)
+    weight_cap: float = ranged(8.0, POSITIVE)
     features: str = "hidden+scalars"
     normalize: str = "standardize"
     loss: str = "bce"

@@ -1,5 +1,5 @@
 """The checks a run configuration passes before any compute (`files.from_config_dict` runs them after `schema.parse`): every
-field's type and range (`FIELD_RANGES`), the files a dataset source reads, and the fields that must agree
+field's type and range (declared on the field: `trace_jax/ranges.py`), the files a dataset source reads, and the fields that must agree
 with each other (presets and checkpoints, formats and tokenizers, budgets, meshes). Each error names the
 field."""
 
@@ -12,72 +12,21 @@ import os
 import jax
 import numpy as np
 
+from trace_jax import ranges
 from trace_jax.config.schema import ConfigError, EvalSection, RunConfig, section_classes
 from trace_jax.envs.eval_sets import EVAL_SETS, SEPARATE
 from trace_jax.envs.formats import FORMATS
 from trace_jax.envs.sources import TaskConfig
-from trace_jax.models.config import REMAT_POLICIES
 from trace_jax.models.presets import PRESETS
 from trace_jax.rollout.agent_loop import MAX_TURNS
 
 
-@dataclasses.dataclass(frozen=True)
-class Range:
-    """An interval a numeric config field must lie in."""
-
-    low: float = float("-inf")
-    high: float = float("inf")
-    low_open: bool = False
-    high_open: bool = False
-
-    def __contains__(self, value) -> bool:
-        return ((value > self.low if self.low_open else value >= self.low)
-                and (value < self.high if self.high_open else value <= self.high))
-
-    def __str__(self) -> str:
-        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
-
-
-_AT_LEAST_0, _AT_LEAST_1 = Range(0), Range(1)
-SEED_RANGE = Range(0, 2 ** 32 - 1)  # numpy and JAX seeds are 32-bit
-DTYPES = ("float32", "bfloat16", "float16")
-_POSITIVE = Range(0, low_open=True)
-_PROBABILITY = Range(0, 1)
-
-# Every numeric field of the plain sections and of the registry sections' base configs (entries'
-# own options are checked by their config classes). A field not listed here has no range.
-FIELD_RANGES: dict[str, Range | tuple[str, ...]] = {
-    "model.param_dtype": DTYPES, "model.dtype": DTYPES,
-    "task.seed": SEED_RANGE, "task.num_questions": _AT_LEAST_1, "task.max_difficulty": _AT_LEAST_0,
-    "task.max_tokens": _AT_LEAST_1, "task.search_top_k": _AT_LEAST_1, "task.search_words": _AT_LEAST_1,
-    "task.f1_success": _PROBABILITY,
-    "sft.steps": _AT_LEAST_0, "sft.batch_size": _AT_LEAST_1, "sft.learning_rate": _POSITIVE,
-    "sft.num_demos": _AT_LEAST_1, "sft.mistake_rate": _PROBABILITY, "sft.max_len": Range(2),
-    "sft.max_difficulty": _AT_LEAST_0,
-    "rl.steps": _AT_LEAST_0, "rl.temperature": _POSITIVE, "rl.top_p": Range(0, 1, low_open=True),
-    "rl.max_new_tokens": _AT_LEAST_1, "rl.eval_every": _AT_LEAST_0, "rl.train_prompts": _AT_LEAST_0,
-    "rl.decode_chunk": _AT_LEAST_0, "rl.decode_slots": _AT_LEAST_0,
-    "learner.remat": REMAT_POLICIES,
-    "learner.learning_rate": _POSITIVE, "learner.weight_decay": _AT_LEAST_0, "learner.max_grad_norm": _POSITIVE,
-    "learner.micro_batch": _AT_LEAST_1, "learner.mini_batches": _AT_LEAST_1, "learner.epochs": _AT_LEAST_1,
-    "budget.rollouts": _AT_LEAST_1, "budget.prompts": _AT_LEAST_1, "budget.candidates": _AT_LEAST_1,
-    "budget.m_min": _AT_LEAST_1, "budget.m_max": _AT_LEAST_1, "budget.rounds": _AT_LEAST_0,
-    "budget.branch_k": _AT_LEAST_1,
-    "predictor.width": _AT_LEAST_1, "predictor.learning_rate": _POSITIVE, "predictor.epochs": _AT_LEAST_1,
-    "predictor.replay_steps": _AT_LEAST_1, "predictor.weight_cap": _POSITIVE,
-    "advantage.lambda_local": _AT_LEAST_0, "advantage.eps": _POSITIVE,
-    "loss.clip_low": Range(0, 1, high_open=True), "loss.clip_high": _AT_LEAST_0, "loss.kl_coef": _AT_LEAST_0,
-    "eval.num_tasks": _AT_LEAST_0, "eval.pass_k": _AT_LEAST_0, "eval.sample_k": _AT_LEAST_0,
-    "eval.sample_tasks": _AT_LEAST_0, "eval.sample_every": _AT_LEAST_0,
-    "eval.intermediate_tasks": _AT_LEAST_0, "eval.decode_chunk": _AT_LEAST_0,
-    "checkpoint.every": _AT_LEAST_1, "checkpoint.keep": _AT_LEAST_1,
-    "mesh.data": _AT_LEAST_1, "mesh.fsdp": _AT_LEAST_1, "mesh.tensor": _AT_LEAST_1,
-}
 _SCALAR_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 
 def check_fields(run: RunConfig) -> None:
-    """Types (from each field's annotation) and ranges (FIELD_RANGES) of every field, named in the error."""
+    """Types (from each field's annotation) and ranges (each field's own, `ranges.allowed`) of every field, named
+    in the error."""
     for name in section_classes():
         section = getattr(run, name)
         for field in dataclasses.fields(section):
@@ -87,14 +36,14 @@ def check_fields(run: RunConfig) -> None:
                 raise ConfigError(f"config field '{key}'={value!r} must be of type {field.type}")
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"config field '{key}'={value!r} must be a finite number")
-            allowed = FIELD_RANGES.get(key)
+            allowed = ranges.allowed(field)
             if allowed is not None and value not in allowed:
                 raise ConfigError(f"config field '{key}'={value!r} is out of range: allowed {allowed}")
-            if allowed == _POSITIVE and not np.float32(value) > 0:  # used on the device in float32
+            if allowed == ranges.POSITIVE and not np.float32(value) > 0:  # used on the device in float32
                 raise ConfigError(f"config field '{key}'={value!r} is 0 in float32, the dtype it is used in: it must "
                                   f"be at least {float(np.finfo(np.float32).smallest_subnormal):g}")
-    if not isinstance(run.seed, int) or isinstance(run.seed, bool) or run.seed not in SEED_RANGE:
-        raise ConfigError(f"config field 'seed'={run.seed!r} must be an integer in {SEED_RANGE}")
+    if not isinstance(run.seed, int) or isinstance(run.seed, bool) or run.seed not in ranges.SEED:
+        raise ConfigError(f"config field 'seed'={run.seed!r} must be an integer in {ranges.SEED}")
 
 
 def require_readable(field: str, path: str, *, directory: bool) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from trace_jax.allocation import ALLOCATORS, AllocatorConfig, BudgetConfig, default_advantage
 from trace_jax.allocation.predictor import PredictorConfig
 from trace_jax.envs.sources import TASK_SOURCES, TaskConfig
+from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, DTYPES, POSITIVE, PROBABILITY, Range, ranged
 from trace_jax.registry import RegistryError
 from trace_jax.rl.advantages import ESTIMATORS, AdvantageConfig
 from trace_jax.rl.learner import LearnerConfig
@@ -33,8 +34,8 @@ class ModelSection:
     preset: str = "mini"
     checkpoint: str = ""
     tokenizer: str = ""
-    param_dtype: str = "float32"
-    dtype: str = "float32"
+    param_dtype: str = ranged("float32", DTYPES)
+    dtype: str = ranged("float32", DTYPES)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,14 +52,14 @@ class SFTSection:
         calls; 0 = every task): a warm start on the easy part of the pool, RL over all of it.
     """
 
-    steps: int = 800
-    batch_size: int = 8
-    learning_rate: float = 3e-3
-    num_demos: int = 2000
-    mistake_rate: float = 0.1
+    steps: int = ranged(800, AT_LEAST_0)
+    batch_size: int = ranged(8, AT_LEAST_1)
+    learning_rate: float = ranged(3e-3, POSITIVE)
+    num_demos: int = ranged(2000, AT_LEAST_1)
+    mistake_rate: float = ranged(0.1, PROBABILITY)
     data_path: str = ""
-    max_len: int = 512
-    max_difficulty: int = 0
+    max_len: int = ranged(512, Range(2))
+    max_difficulty: int = ranged(0, AT_LEAST_0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,14 +87,14 @@ class RLSection:
         table, not the step's rollouts (paper-scale configs; `continuous.Batching.keep_prefixes`).
     """
 
-    steps: int = 80
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 40
-    eval_every: int = 0
-    train_prompts: int = 0
-    decode_chunk: int = 0
-    decode_slots: int = 0
+    steps: int = ranged(80, AT_LEAST_0)
+    temperature: float = ranged(1.0, POSITIVE)
+    top_p: float = ranged(1.0, Range(0, 1, low_open=True))
+    max_new_tokens: int = ranged(40, AT_LEAST_1)
+    eval_every: int = ranged(0, AT_LEAST_0)
+    train_prompts: int = ranged(0, AT_LEAST_0)
+    decode_chunk: int = ranged(0, AT_LEAST_0)
+    decode_slots: int = ranged(0, AT_LEAST_0)
     overlap_tools: bool = False
     keep_prefixes: bool = True
 
@@ -119,13 +120,13 @@ class EvalSection:
     """
 
     split: str = "test"
-    num_tasks: int = 200
-    pass_k: int = 0
-    sample_k: int = 0
-    sample_tasks: int = 250
-    sample_every: int = 0
-    intermediate_tasks: int = 0
-    decode_chunk: int = 0
+    num_tasks: int = ranged(200, AT_LEAST_0)
+    pass_k: int = ranged(0, AT_LEAST_0)
+    sample_k: int = ranged(0, AT_LEAST_0)
+    sample_tasks: int = ranged(250, AT_LEAST_0)
+    sample_every: int = ranged(0, AT_LEAST_0)
+    intermediate_tasks: int = ranged(0, AT_LEAST_0)
+    decode_chunk: int = ranged(0, AT_LEAST_0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -135,17 +136,17 @@ class CheckpointSection:
       keep: checkpoints kept.
     """
 
-    every: int = 10
-    keep: int = 2
+    every: int = ranged(10, AT_LEAST_1)
+    keep: int = ranged(2, AT_LEAST_1)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MeshSection:
     """Attributes: data, fsdp, tensor: mesh axis sizes (their product = the number of devices used)."""
 
-    data: int = 1
-    fsdp: int = 1
-    tensor: int = 1
+    data: int = ranged(1, AT_LEAST_1)
+    fsdp: int = ranged(1, AT_LEAST_1)
+    tensor: int = ranged(1, AT_LEAST_1)
 
 
 # Sections whose `name` (the task's `source`) picks a registry entry; the entry's config class validates the section.

@@ -23,6 +23,7 @@ from trace_jax.envs.tasks.datasets import BFCLTasks, DeepScaleRTasks, GSM8KTasks
 from trace_jax.envs.tasks.funcall import FunctionCallingTasks
 from trace_jax.envs.tasks.math import ArithmeticWordProblems
 from trace_jax.envs.tasks.multihop import MultiHopQA, scaled_world
+from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, PROBABILITY, SEED, ranged
 from trace_jax.registry import Registry
 
 TASK_SOURCES: Registry[TaskSource] = Registry("task source", "task", key="source")
@@ -44,9 +45,9 @@ class TaskConfig:
     """
 
     source: str = "multihop"
-    seed: int = 0
+    seed: int = ranged(0, SEED)
     max_turns: int = 5
-    max_tokens: int = 200
+    max_tokens: int = ranged(200, AT_LEAST_1)
     action_format: str = "react"
     thinking: bool = True
 
@@ -58,8 +59,8 @@ class SyntheticTaskConfig(TaskConfig):
       max_difficulty: the cap on hops (multihop), operations (math) or calls (funcall); 0 = the source's own.
     """
 
-    num_questions: int = 2000
-    max_difficulty: int = 2
+    num_questions: int = ranged(2000, AT_LEAST_1)
+    max_difficulty: int = ranged(2, AT_LEAST_0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -70,9 +71,9 @@ class SearchSettings:
         reaches it (the paper's HotpotQA success: 0.3). Both EM and F1 are reported either way.
     """
 
-    search_top_k: int = 2
-    search_words: int = 24
-    f1_success: float = 0.0
+    search_top_k: int = ranged(2, AT_LEAST_1)
+    search_words: int = ranged(24, AT_LEAST_1)
+    f1_success: float = ranged(0.0, PROBABILITY)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

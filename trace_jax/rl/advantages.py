@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from trace_jax.ranges import AT_LEAST_0, POSITIVE, ranged
 from trace_jax.registry import Registry
 from trace_jax.rollout.tree import RolloutTree
 
@@ -35,9 +36,9 @@ class AdvantageConfig:
     """
 
     name: str = "trace_tree"
-    lambda_local: float = 0.5
+    lambda_local: float = ranged(0.5, AT_LEAST_0)
     scale: str = "std"
-    eps: float = 1e-6
+    eps: float = ranged(1e-6, POSITIVE)
     baseline: str = "all_leaves"
 
     def __post_init__(self):

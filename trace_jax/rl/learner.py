@@ -13,9 +13,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from trace_jax.models.config import ModelConfig
+from trace_jax.models.config import REMAT_POLICIES, ModelConfig
 from trace_jax.models.transformer import Params
 from trace_jax.parallel.host import to_device, to_host
+from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, POSITIVE, ranged
 from trace_jax.rl import batches
 from trace_jax.rl.losses import LossConfig, get_loss
 
@@ -44,14 +45,14 @@ class LearnerConfig:
         and gradients with every shared token computed once.
     """
 
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    micro_batch: int = 8
-    mini_batches: int = 1
-    epochs: int = 1
+    learning_rate: float = ranged(1e-4, POSITIVE)
+    weight_decay: float = ranged(0.0, AT_LEAST_0)
+    max_grad_norm: float = ranged(1.0, POSITIVE)
+    micro_batch: int = ranged(8, AT_LEAST_1)
+    mini_batches: int = ranged(1, AT_LEAST_1)
+    epochs: int = ranged(1, AT_LEAST_1)
     split_trees: bool = False
-    remat: str = "dots"
+    remat: str = ranged("dots", REMAT_POLICIES)
     layout: str = "paths"
 
     def __post_init__(self):

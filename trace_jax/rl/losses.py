@@ -9,6 +9,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from trace_jax.ranges import AT_LEAST_0, Range, ranged
 from trace_jax.registry import Registry
 
 
@@ -23,10 +24,10 @@ class LossConfig:
     """
 
     name: str = "ppo_clip"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
+    clip_low: float = ranged(0.2, Range(0, 1, high_open=True))
+    clip_high: float = ranged(0.28, AT_LEAST_0)
     aggregation: str = "token_mean"
-    kl_coef: float = 0.0
+    kl_coef: float = ranged(0.0, AT_LEAST_0)
     temperature: float = 1.0
 
     def __post_init__(self):
