@@ -40,3 +40,27 @@ def ranged(default, allowed: Range | tuple[str, ...]):
 def allowed(field: dataclasses.Field) -> Range | tuple[str, ...] | None:
     """The field's declared range or names; None: any value of its type."""
     return field.metadata.get("allowed")
+
+
+def violation(name: str, value, allowed_values) -> str | None:
+    """Why `value` may not be the field `name`'s, or None. A value of another type is left to the type check
+    (`config/checks.py`), which names the type."""
+    if allowed_values is None:
+        return None
+    if isinstance(allowed_values, Range):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+    elif not isinstance(value, str):
+        return None
+    if value in allowed_values:
+        return None
+    return f"config field '{name}'={value!r} is out of range: allowed {allowed_values}"
+
+
+def check(config, section: str) -> None:
+    """Every ranged field of the dataclass instance `config` (the `section` of a run config) holds an allowed value:
+    owners call it in `__post_init__`, so a config built in code is refused as one parsed from a file is."""
+    for field in dataclasses.fields(config):
+        problem = violation(f"{section}.{field.name}", getattr(config, field.name), allowed(field))
+        if problem:
+            raise ValueError(problem)

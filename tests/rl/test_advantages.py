@@ -39,7 +39,7 @@ def test_backup_values_and_counts():
 def test_trace_tree_advantages_by_hand():
     tree, c1, a, b, c2 = branched_tree()
     lam, sigma = 0.5, np.std([1.0, 0.0, 0.0])
-    seqs = estimate([tree], AdvantageConfig(name="trace_tree", lambda_local=lam, eps=0.0))
+    seqs = estimate([tree], AdvantageConfig(name="trace_tree", lambda_local=lam, eps=1e-12))
     got = {n: adv for s in seqs for n, adv in s.advantages.items()}
     want = {c1: (0.5 - 1 / 3) / sigma + lam * (0.5 - 1 / 3), a: (1 - 1 / 3) / sigma + lam * (1 - 0.5),
             b: (0 - 1 / 3) / sigma + lam * (0 - 0.5), c2: (0 - 1 / 3) / sigma + lam * (0 - 1 / 3)}
@@ -61,7 +61,7 @@ def test_trace_tree_without_branching_and_lambda_zero_is_grpo():
 
 def test_grpo_duplicates_shared_prefixes_and_tree_grpo_adds_intra_and_inter():
     tree, c1, a, b, c2 = branched_tree()
-    grpo = estimate([tree], AdvantageConfig(name="grpo", eps=0.0))
+    grpo = estimate([tree], AdvantageConfig(name="grpo", eps=1e-12))
     assert sum(c1 in s.advantages for s in grpo) == 2
     z = (np.array([1.0, 0.0, 0.0]) - 1 / 3) / np.std([1.0, 0.0, 0.0])
     assert [s.advantages[s.leaf] for s in grpo] == pytest.approx(list(z))
@@ -104,14 +104,14 @@ def test_the_root_rollout_baseline_leaves_branch_leaves_out_of_v_x_and_sigma_x()
     tree, c1, a, b, c2 = branched_tree()  # bare: a (success), c2 (failure); branch: b (failure)
     tree.nodes[b].origin = c1
     lam = 0.5
-    got = {n: v for s in estimate([tree], AdvantageConfig(baseline="root_rollouts", lambda_local=lam, eps=0.0))
+    got = {n: v for s in estimate([tree], AdvantageConfig(baseline="root_rollouts", lambda_local=lam, eps=1e-12))
            for n, v in s.advantages.items()}
     v_x, sigma = 0.5, 0.5  # over a and c2 alone (all leaves: 1/3 and 0.471)
     assert got[c2] == pytest.approx((0 - v_x) / sigma + lam * (0 - 1 / 3))
     assert got[a] == pytest.approx((1 - v_x) / sigma + lam * (1 - 0.5))
     tree.nodes[a].success = False  # bare rollouts agree: sigma_x falls back to the std over all leaves
     tree.nodes[b].success = True
-    got = {n: v for s in estimate([tree], AdvantageConfig(baseline="root_rollouts", lambda_local=0.0, eps=0.0))
+    got = {n: v for s in estimate([tree], AdvantageConfig(baseline="root_rollouts", lambda_local=0.0, eps=1e-12))
            for n, v in s.advantages.items()}
     assert got[b] == pytest.approx((1 - 0.0) / np.std([0.0, 1.0, 0.0]))
     with pytest.raises(ValueError, match="advantage.baseline"):

@@ -8,7 +8,8 @@ import dataclasses
 
 import numpy as np
 
-from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, ranged
+from trace_jax import ranges
+from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, Range, ranged
 from trace_jax.rollout.tree import Ledger
 
 MAX_ROLLOUT_SCALE = 4  # unit="tokens": a step's rollout budget is at most this many times budget.rollouts
@@ -43,38 +44,26 @@ class BudgetConfig:
     candidates: int = ranged(32, AT_LEAST_1)
     m_min: int = ranged(2, AT_LEAST_1)
     m_max: int = ranged(8, AT_LEAST_1)
-    root_fraction: float = 0.5
+    root_fraction: float = ranged(0.5, Range(0, 1, low_open=True))
     rounds: int = ranged(1, AT_LEAST_0)
-    unit: str = "rollouts"
-    tokens: int = 0
-    prefill_weight: float = 0.0
+    unit: str = ranged("rollouts", ("rollouts", "tokens"))
+    tokens: int = ranged(0, AT_LEAST_0)
+    prefill_weight: float = ranged(0.0, Range(0, high_open=True))
     branch_k: int = ranged(2, AT_LEAST_1)
-    solver: str = "greedy"
+    solver: str = ranged("greedy", ("greedy", "dp"))
 
     def __post_init__(self):
-        if self.unit not in ("rollouts", "tokens"):
-            raise ValueError(f"budget.unit must be 'rollouts' or 'tokens', got {self.unit!r}")
+        ranges.check(self, "budget")
         if self.unit == "tokens" and self.tokens <= 0:
             raise ValueError(f"budget.unit='tokens' needs budget.tokens > 0 (the measured cost per step), "
                              f"got {self.tokens}")
-        if self.tokens < 0 or not 0.0 <= self.prefill_weight < float("inf"):
-            raise ValueError(f"need budget.tokens >= 0 and budget.prefill_weight >= 0, got {self.tokens}, "
-                             f"{self.prefill_weight}")
-        if self.solver not in ("greedy", "dp"):
-            raise ValueError(f"budget.solver must be 'greedy' or 'dp', got {self.solver!r}")
-        if not 0.0 < self.root_fraction <= 1.0:
-            raise ValueError(f"budget.root_fraction must be in (0, 1], got {self.root_fraction}")
-        if self.prompts < 1:
-            raise ValueError(f"budget.prompts must be >= 1, got {self.prompts}")
         if self.prompts * self.m_min > self.rollouts:
             raise ValueError(f"budget.rollouts={self.rollouts} cannot give budget.prompts={self.prompts} prompts "
                              f"budget.m_min={self.m_min} rollouts each")
         if self.candidates < self.prompts:
             raise ValueError(f"budget.candidates={self.candidates} must be >= budget.prompts={self.prompts}")
-        if not 1 <= self.m_min <= self.m_max:
-            raise ValueError(f"need 1 <= budget.m_min <= budget.m_max, got {self.m_min}, {self.m_max}")
-        if self.rounds < 0 or self.branch_k < 1:
-            raise ValueError(f"need budget.rounds >= 0 and budget.branch_k >= 1, got {self.rounds}, {self.branch_k}")
+        if self.m_min > self.m_max:
+            raise ValueError(f"need budget.m_min <= budget.m_max, got {self.m_min}, {self.m_max}")
 
     @property
     def root_budget(self) -> int:

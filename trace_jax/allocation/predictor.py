@@ -25,6 +25,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from trace_jax import ranges
 from trace_jax.ranges import AT_LEAST_1, POSITIVE, ranged
 from trace_jax.rollout.tree import Node, RolloutTree
 
@@ -99,17 +100,12 @@ class PredictorConfig:
     epochs: int = ranged(4, AT_LEAST_1)
     replay_steps: int = ranged(4, AT_LEAST_1)
     weight_cap: float = ranged(8.0, POSITIVE)
-    features: str = "hidden+scalars"
-    normalize: str = "standardize"
-    loss: str = "bce"
+    features: str = ranged("hidden+scalars", tuple(FEATURIZERS))
+    normalize: str = ranged("standardize", ("standardize", "layernorm"))
+    loss: str = ranged("bce", ("bce", "mse"))
 
     def __post_init__(self):
-        if self.features not in FEATURIZERS:
-            raise ValueError(f"predictor.features must be one of {sorted(FEATURIZERS)}, got {self.features!r}")
-        if self.normalize not in ("standardize", "layernorm"):
-            raise ValueError(f"predictor.normalize must be 'standardize' or 'layernorm', got {self.normalize!r}")
-        if self.loss not in ("bce", "mse"):
-            raise ValueError(f"predictor.loss must be 'bce' or 'mse', got {self.loss!r}")
+        ranges.check(self, "predictor")
 
 
 def feature_columns(features: str, num_features: int) -> np.ndarray:

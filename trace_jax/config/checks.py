@@ -37,8 +37,9 @@ def check_fields(run: RunConfig) -> None:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"config field '{key}'={value!r} must be a finite number")
             allowed = ranges.allowed(field)
-            if allowed is not None and value not in allowed:
-                raise ConfigError(f"config field '{key}'={value!r} is out of range: allowed {allowed}")
+            problem = ranges.violation(key, value, allowed)
+            if problem:
+                raise ConfigError(problem)
             if allowed == ranges.POSITIVE and not np.float32(value) > 0:  # used on the device in float32
                 raise ConfigError(f"config field '{key}'={value!r} is 0 in float32, the dtype it is used in: it must "
                                   f"be at least {float(np.finfo(np.float32).smallest_subnormal):g}")

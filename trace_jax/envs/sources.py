@@ -23,7 +23,8 @@ from trace_jax.envs.tasks.datasets import BFCLTasks, DeepScaleRTasks, GSM8KTasks
 from trace_jax.envs.tasks.funcall import FunctionCallingTasks
 from trace_jax.envs.tasks.math import ArithmeticWordProblems
 from trace_jax.envs.tasks.multihop import MultiHopQA, scaled_world
-from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, PROBABILITY, SEED, ranged
+from trace_jax import ranges
+from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, PROBABILITY, SEED, Range, ranged
 from trace_jax.registry import Registry
 
 TASK_SOURCES: Registry[TaskSource] = Registry("task source", "task", key="source")
@@ -84,11 +85,10 @@ class MultiHopTaskConfig(SyntheticTaskConfig, SearchSettings):
         a test split of >= 2000 (`num_questions` must ask for them).
     """
 
-    world_scale: int = 1
+    world_scale: int = ranged(1, Range(1, 50))
 
     def __post_init__(self):
-        if isinstance(self.world_scale, bool) or not isinstance(self.world_scale, int) or not 1 <= self.world_scale <= 50:
-            raise ValueError(f"task.world_scale must be an integer in [1, 50], got {self.world_scale!r}")
+        ranges.check(self, "task")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

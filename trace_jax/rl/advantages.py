@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from trace_jax import ranges
 from trace_jax.ranges import AT_LEAST_0, POSITIVE, ranged
 from trace_jax.registry import Registry
 from trace_jax.rollout.tree import RolloutTree
@@ -37,15 +38,12 @@ class AdvantageConfig:
 
     name: str = "trace_tree"
     lambda_local: float = ranged(0.5, AT_LEAST_0)
-    scale: str = "std"
+    scale: str = ranged("std", ("std", "none"))
     eps: float = ranged(1e-6, POSITIVE)
-    baseline: str = "all_leaves"
+    baseline: str = ranged("all_leaves", BASELINES)
 
     def __post_init__(self):
-        if self.scale not in ("std", "none"):
-            raise ValueError(f"advantage.scale must be 'std' or 'none', got {self.scale!r}")
-        if self.baseline not in BASELINES:
-            raise ValueError(f"advantage.baseline must be one of {BASELINES}, got {self.baseline!r}")
+        ranges.check(self, "advantage")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ import optax
 from trace_jax.models.config import REMAT_POLICIES, ModelConfig
 from trace_jax.models.transformer import Params
 from trace_jax.parallel.host import to_device, to_host
+from trace_jax import ranges
 from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, POSITIVE, ranged
 from trace_jax.rl import batches
 from trace_jax.rl.losses import LossConfig, get_loss
@@ -53,11 +54,10 @@ class LearnerConfig:
     epochs: int = ranged(1, AT_LEAST_1)
     split_trees: bool = False
     remat: str = ranged("dots", REMAT_POLICIES)
-    layout: str = "paths"
+    layout: str = ranged("paths", tuple(batches.LAYOUTS))
 
     def __post_init__(self):
-        if self.layout not in batches.LAYOUTS:
-            raise ValueError(f"learner.layout must be one of {sorted(batches.LAYOUTS)}, got {self.layout!r}")
+        ranges.check(self, "learner")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from trace_jax.ranges import AT_LEAST_0, Range, ranged
+from trace_jax import ranges
+from trace_jax.ranges import AT_LEAST_0, POSITIVE, Range, ranged
 from trace_jax.registry import Registry
 
 
@@ -26,15 +27,12 @@ class LossConfig:
     name: str = "ppo_clip"
     clip_low: float = ranged(0.2, Range(0, 1, high_open=True))
     clip_high: float = ranged(0.28, AT_LEAST_0)
-    aggregation: str = "token_mean"
+    aggregation: str = ranged("token_mean", ("token_mean", "sequence_mean"))
     kl_coef: float = ranged(0.0, AT_LEAST_0)
-    temperature: float = 1.0
+    temperature: float = ranged(1.0, POSITIVE)
 
     def __post_init__(self):
-        if self.aggregation not in ("token_mean", "sequence_mean"):
-            raise ValueError(f"loss.aggregation must be 'token_mean' or 'sequence_mean', got {self.aggregation!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"loss.temperature must be > 0, got {self.temperature}")
+        ranges.check(self, "loss")
 
 
 def ppo_clip(new, entropy, batch, config: LossConfig, normalizer):

@@ -161,7 +161,7 @@ def test_the_update_plan_packs_every_mini_batch_to_one_shape():
 
 
 def test_an_unknown_layout_is_refused_by_name():
-    with pytest.raises(ValueError, match=r"learner.layout must be one of \['packed', 'paths'\], got 'tree'"):
+    with pytest.raises(ValueError, match=r"'learner.layout'='tree' is out of range: allowed \('paths', 'packed'\)"):
         learner.LearnerConfig(layout="tree")
 
 
