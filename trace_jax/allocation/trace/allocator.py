@@ -1,15 +1,7 @@
-"""The registered TRACE allocator: one shared success predictor steers a root policy (stage 1, `roots.py`)
-and a prefix chooser (stage 2, `prefixes.py`; the choice over anchors is here, in `TRACE._choose`).
-
-The parts and their modes (`TraceConfig`):
-- roots: "predicted" (knapsack on the predicted chance of mixed outcomes) or "uniform" (the pool's
-  first B prompts, as grpo and treepo take them);
-- prefixes: "agreement" (the paper's 1 - q^k), "posterior" (noise-aware: the prefix's success rate
-  Beta(kappa u, kappa (1 - u)) updated by the outcomes below it), "uniform" (random boundaries) or
-  "none" (the whole budget at the roots);
-- prefix_budget: "global" (one pool of M - M1 over all trees, `budget.rounds` rounds) or "local"
-  (the paper's reading: prompt i spends its own m_i * branch_n continuations on its own prefixes,
-  one round, so M1 = M / (1 + branch_n)).
+"""The registered TRACE allocator: one shared success predictor steers a root policy (stage 1, `roots.py`:
+"predicted", the knapsack on the predicted chance of mixed outcomes, or "uniform", the pool's first B prompts)
+and a prefix chooser under a stage-2 budget mode (stage 2, `prefixes.py`: "agreement", "posterior", "uniform"
+or "none"; "global" or "local"), each chosen by name from its registry (`TraceConfig`).
 The 2x2 Uniform/Active stage ablation is roots x {uniform, agreement|posterior} prefixes.
 With budget.unit="tokens" stage 2 spends to the step's measured-cost target (`budget.tokens` of the
 step's budget): what stage 1 left of it, in this step's measured cost per bare rollout, so a step whose
@@ -25,17 +17,17 @@ import dataclasses
 
 import numpy as np
 
+from trace_jax import ranges
 from trace_jax.allocation import solvers
 from trace_jax.allocation.anchors import Anchor, branch_points, expected_remaining_tokens, random_anchors
 from trace_jax.allocation.base import (ALLOCATORS, AllocatorConfig, AllocatorState, PredictorAllocator, PrefixOutcome,
                                       StepOutcome, spend_leftover)
 from trace_jax.allocation.calibration import calibration
 from trace_jax.allocation.predictor import featurize
-from trace_jax.allocation.trace.prefixes import PREFIX_CHOOSERS, local_budgets, new_success
+from trace_jax.allocation.trace.prefixes import PREFIX_BUDGETS, PREFIX_CHOOSERS, new_success
 from trace_jax.allocation.trace.roots import ROOT_POLICIES
+from trace_jax.ranges import AT_LEAST_0, AT_LEAST_1, ranged
 from trace_jax.rollout.tree import RolloutTree
-
-K_MAX = 16  # continuations one anchor can get in one round
 NOISE_WINDOW = 1024  # held-out anchors kept for fitting kappa (recent ones: the policy drifts)
 NOISE_MIN_SAMPLES = 16  # fewer than this: the cold-start kappa
 KAPPA_COLD_START = 4.0
@@ -58,26 +50,16 @@ class TraceConfig(AllocatorConfig):
         branch leaves unspent goes to the next round or, in the last, to whole rollouts at the roots.
     """
 
-    roots: str = "predicted"
-    prefixes: str = "agreement"
-    prefix_budget: str = "global"
-    branch_n: int = 2
-    kappa: float = 4.0
-    holdout: int = 0
-    prefix_cost: str = "tokens"
+    roots: str = ranged("predicted", tuple(ROOT_POLICIES))
+    prefixes: str = ranged("agreement", tuple(PREFIX_CHOOSERS))
+    prefix_budget: str = ranged("global", tuple(PREFIX_BUDGETS))
+    branch_n: int = ranged(2, AT_LEAST_1)
+    kappa: float = ranged(4.0, AT_LEAST_0)
+    holdout: int = ranged(0, AT_LEAST_0)
+    prefix_cost: str = ranged("tokens", ("tokens", "rollouts"))
 
     def __post_init__(self):
-        if self.prefix_cost not in ("tokens", "rollouts"):
-            raise ValueError(f"allocator.prefix_cost must be 'tokens' or 'rollouts', got {self.prefix_cost!r}")
-        if self.roots not in ROOT_POLICIES:
-            raise ValueError(f"allocator.roots must be one of {sorted(ROOT_POLICIES)}, got {self.roots!r}")
-        if self.prefixes not in PREFIX_CHOOSERS:
-            raise ValueError(f"allocator.prefixes must be one of {PREFIX_CHOOSERS}, got {self.prefixes!r}")
-        if self.prefix_budget not in ("global", "local"):
-            raise ValueError(f"allocator.prefix_budget must be 'global' or 'local', got {self.prefix_budget!r}")
-        if self.branch_n < 1 or self.kappa < 0 or self.holdout < 0:
-            raise ValueError(f"need allocator.branch_n >= 1, kappa >= 0, holdout >= 0; got {self.branch_n}, "
-                             f"{self.kappa}, {self.holdout}")
+        ranges.check(self, "allocator")
         if self.kappa == 0 and self.holdout == 0:
             raise ValueError("allocator.kappa=0 fits kappa to held-out anchors: set allocator.holdout > 0")
 
@@ -93,6 +75,7 @@ class TRACE(PredictorAllocator):
     def __init__(self, config: TraceConfig, budget, *, seed=0, predictor=None):
         super().__init__(config, budget, seed=seed, predictor=predictor)
         self.choose_roots = ROOT_POLICIES[config.roots]
+        self.chooser, self.prefix_budget = PREFIX_CHOOSERS[config.prefixes], PREFIX_BUDGETS[config.prefix_budget]
         self.noise_samples: list[list[float]] = []  # held-out anchors: [u, successes below, leaves below, outcome]
 
     @property
@@ -113,12 +96,9 @@ class TRACE(PredictorAllocator):
         self.noise_samples = [list(x) for x in state.host.get("noise_samples", [])]
 
     def _root_budget(self) -> int:
-        b, c = self.budget, self.config
-        if c.prefixes == "none":
-            return b.rollouts
-        if c.prefix_budget == "local":
-            return max(b.prompts * b.m_min, b.rollouts // (1 + c.branch_n))
-        return b.root_budget
+        if self.chooser is None:
+            return self.budget.rollouts
+        return self.prefix_budget.root_budget(self.budget, self.config)
 
     def allocate(self, engine, pool):
         b, c = self.budget, self.config
@@ -133,7 +113,7 @@ class TRACE(PredictorAllocator):
         # because of that prediction (not of leaves seen before it was made)
         chosen = [(float(v[i]), new_success(candidates[i], 0, [leaf for t, leaf in bare if t == i]))
                   for i in np.flatnonzero(m)]
-        anchored = self._holdout(engine, trees) if c.prefixes != "none" else []  # every stage-2 anchor, in order
+        anchored = self._holdout(engine, trees) if self.chooser is not None else []  # every stage-2 anchor, in order
         held_out = [(a.prediction, a.outcome) for a in anchored]
         spent = float(m.sum() + len(held_out))
 
@@ -142,17 +122,9 @@ class TRACE(PredictorAllocator):
                 return max(b.tokens - b.cost(engine.ledger), 0.0) / per_rollout
             return b.rollouts - spent
 
-        if c.prefixes != "none" and c.prefix_budget == "local":  # one round, every prompt on its own prefixes
-            groups = [([i], max(x, 0.0)) for i, x in enumerate(local_budgets(m[m > 0], c.branch_n, left()))]
-            units, pairs = self._expand_prefixes(engine, trees, groups, anchored)
-            spent += units
-            chosen += pairs
-        elif c.prefixes != "none":
-            for r in range(b.rounds):
-                if not branch_points(trees):
-                    break
-                units, pairs = self._expand_prefixes(engine, trees, [(range(len(trees)), left() / (b.rounds - r))],
-                                                     anchored)
+        if self.chooser is not None:  # each round's groups are made after the previous round spent
+            for groups in self.prefix_budget.rounds(trees, m[m > 0], left, b, c):
+                units, pairs = self._expand_prefixes(engine, trees, groups, anchored)
                 spent += units
                 chosen += pairs
         leftover = max(int(np.floor(left() + 1e-9)), 0)  # whole rollouts (cost 1 in either unit) to the roots
@@ -160,7 +132,7 @@ class TRACE(PredictorAllocator):
         return StepOutcome(trees=trees, calibration=_calibration(chosen), holdout_calibration=_calibration(held_out),
                            prefix_outcomes=tuple(anchored), budget_spent=spent + leftover,
                            root_counts=tuple(int(k) for k in m[m > 0]), predictor_loss=self.predictor.update(trees),
-                           kappa=self.kappa if c.prefixes == "posterior" else None)
+                           kappa=self.kappa if self.chooser is not None and self.chooser.uses_kappa else None)
 
     def _holdout(self, engine, trees) -> list[PrefixOutcome]:
         """One continuation from each of `holdout` uniformly random turn boundaries."""
@@ -185,7 +157,7 @@ class TRACE(PredictorAllocator):
         all choices are sampled in one batch. Returns (budget units spent, (u, outcome) pairs of the chosen
         anchors; the uniform chooser's predict nothing) and appends every anchor to `anchored`."""
         anchors, predictions, spent = [], [], 0.0
-        uniform = self.config.prefixes == "uniform"
+        uniform = self.chooser.random
         for which, budget in groups:
             which = list(which)
             subset = [trees[i] for i in which]
@@ -216,10 +188,7 @@ class TRACE(PredictorAllocator):
         backed_up = {i: trees[i].values() for i in {i for i, _ in points}}  # (V, n) per node, once per tree
         observed = np.array([backed_up[i][0][j] for i, j in points])  # mean success of the leaves below
         leaves = np.array([backed_up[i][1][j] for i, j in points])
-        if self.config.prefixes == "posterior":
-            values = solvers.posterior_values(u, np.round(observed * leaves), leaves, self.kappa, K_MAX)
-        else:
-            values = solvers.agreement_values(solvers.agreement(observed, u), K_MAX)
+        values = self.chooser.values(u, observed, leaves, lambda: self.kappa)
         if self.budget.unit == "tokens" and self.config.prefix_cost == "tokens":
             remaining_tokens = expected_remaining_tokens(trees)
             cost = np.array([remaining_tokens(n.depth) for _, n in nodes])
