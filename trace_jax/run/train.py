@@ -153,34 +153,12 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=run.checkpoint.keep)
     allocator = make_allocator(setup)
     optimizer = learner.make_optimizer(run.learner)
-
-    if ckpt.latest_step() is None:
-        banner("supervised warm start")
-        try:
-            params = warm_start(setup, workdir, writer)
-        except RunInterrupted as e:
-            log(f"{e}; resume by running the same command again")
-            return {"interrupted": True, "stage": e.stage, "steps": 0}
-        if after_sft is None:
-            banner("evaluate after SFT")
-            after_sft = held_out(setup, params, outcomes_path=_outcomes_path(workdir, 0))
-        log_after_sft(after_sft, setup.run)
-        writer.write(0, after_sft, prefix="eval/")
-        opt_state = optimizer.init(params)
-        start, position = 0, 0
-    else:
-        banner("resume")
-        params, opt_state, record = _restore(setup, ckpt, allocator, optimizer)
-        start, position, after_sft = record.step, record.data_position, record.after_sft
-        if start > run.rl.steps:
-            raise schema.ConfigError(
-                f"config field 'rl.steps'={run.rl.steps} is below the step of the checkpoint to resume "
-                f"({start}, in {ckpt.directory}): its params are later than the run asked for; use "
-                f"rl.steps >= {start} or another workdir")
-        # steps logged after that checkpoint are logged again below; at the last step the checkpoint precedes the
-        # final evaluation, which is logged again too (a stop during it or the export must not leave it twice)
-        writer.rewind(start, keep_step=start < run.rl.steps)
-        log(f"resumed at step {start} from {ckpt.directory}")
+    try:
+        params, opt_state, start, position, after_sft = _begin(setup, workdir, writer, ckpt, allocator, optimizer,
+                                                               after_sft)
+    except RunInterrupted as e:
+        log(f"{e}; resume by running the same command again")
+        return {"interrupted": True, "stage": e.stage, "steps": 0}
     learn, params, opt_state = _learner(setup, optimizer, params, opt_state)
 
     banner("reinforcement learning")
@@ -239,6 +217,36 @@ def train_and_evaluate(config, workdir: str, *, after_sft: dict | None = None) -
             # this invocation's share (a resumed run's earlier invocations are not in them): evaluation after RL
             # began (the SFT start's is the caller's when shared), and compiling (`compile_clock`)
             "eval_s": round(eval_s, 1), "compile_s": round(compile_clock.seconds() - compile_before, 1)}
+
+
+def _begin(setup: Setup, workdir: str, writer: MetricWriter, ckpt: Checkpointer, allocator, optimizer,
+           after_sft: dict | None):
+    """Where the RL loop starts: from the SFT warm start (trained or restored, then evaluated unless `after_sft`
+    is given) or from the latest RL checkpoint. Returns (params, opt_state, step, data position, after_sft);
+    raises `RunInterrupted` when a signal stopped the SFT."""
+    run = setup.run
+    if ckpt.latest_step() is None:
+        banner("supervised warm start")
+        params = warm_start(setup, workdir, writer)
+        if after_sft is None:
+            banner("evaluate after SFT")
+            after_sft = held_out(setup, params, outcomes_path=_outcomes_path(workdir, 0))
+        log_after_sft(after_sft, setup.run)
+        writer.write(0, after_sft, prefix="eval/")
+        return params, optimizer.init(params), 0, 0, after_sft
+    banner("resume")
+    params, opt_state, record = _restore(setup, ckpt, allocator, optimizer)
+    start = record.step
+    if start > run.rl.steps:
+        raise schema.ConfigError(
+            f"config field 'rl.steps'={run.rl.steps} is below the step of the checkpoint to resume "
+            f"({start}, in {ckpt.directory}): its params are later than the run asked for; use "
+            f"rl.steps >= {start} or another workdir")
+    # steps logged after that checkpoint are logged again below; at the last step the checkpoint precedes the
+    # final evaluation, which is logged again too (a stop during it or the export must not leave it twice)
+    writer.rewind(start, keep_step=start < run.rl.steps)
+    log(f"resumed at step {start} from {ckpt.directory}")
+    return params, opt_state, start, record.data_position, record.after_sft
 
 
 def _by_process(counts) -> list[int] | None:
