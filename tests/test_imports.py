@@ -104,3 +104,14 @@ def test_the_top_level_is_packages_named_after_the_layers():
     graph = _graph(layer=False)
     for bottom in ("trace_jax.ranges", "trace_jax.registry"):  # any config dataclass may use them: they use nothing
         assert not graph.get(bottom), f"{bottom} imports {sorted(graph[bottom])}"
+
+
+def test_no_library_module_imports_another_modules_private_names():
+    """A name with a leading underscore is its module's own; one another module needs is made public."""
+    private = []
+    for module, path in _modules().items():
+        for statement in ast.walk(ast.parse(open(path).read())):
+            if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith("trace_jax"):
+                private += [f"{module}: from {statement.module} import {a.name}" for a in statement.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not private, private

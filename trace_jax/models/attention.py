@@ -8,12 +8,12 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-_MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (not NaN) softmax
+MASKED = -1e30  # finite, so a row with nothing to attend to gives a uniform (not NaN) softmax
 # A full-sequence pass (the learner's) longer than this attends in blocks of this many queries, so the
 # scores it holds at once are [B, N, block, S], never [B, N, S, S] (16k tokens x 32 heads: 32 GB a row).
 ATTENTION_BLOCK = 1024
 # Packed trees (`rl/batches/packed.py`) make rows as long as a whole tree, of which a query sees only its own path:
-# above this many tokens such a row attends in blocks of this many queries (`_causal_blocks`), so its scores
+# above this many tokens such a row attends in blocks of this many queries (`causal_blocks`), so its scores
 # [B, N, block, <= S] are no larger than the per-path layout's [B, N, L, L] for paths a fraction of the row
 # long, and later groups of blocks alone score the row's later keys.
 PACKED_ATTENTION_BLOCK = 256
@@ -57,7 +57,7 @@ def fused_attention_implementation(dtype) -> str | None:
     return None
 
 
-def _fused_attention(q, keys, values, mask, implementation: str):
+def fused_attention(q, keys, values, mask, implementation: str):
     """q [B, S, K, G, H]; keys, values [B, T, K, H]; mask [B, S, T] -> [B, S, K, G, H]."""
     B, S, K, G, H = q.shape
     out = jax.nn.dot_product_attention(q.reshape(B, S, K * G, H), keys, values, mask=mask[:, None],
@@ -66,15 +66,15 @@ def _fused_attention(q, keys, values, mask, implementation: str):
     return jnp.where(mask.any(-1)[:, :, None, None], out, 0).reshape(B, S, K, G, H)
 
 
-def _einsum_attention(q, keys, values, mask):
+def einsum_attention(q, keys, values, mask):
     """q [B, S, K, G, H]; keys [B, K, H, T]; values [B, K, T, H]; mask [B, S, T] -> [B, S, K, G, H]."""
     scores = jnp.einsum("BSKGH,BKHT->BKGST", q, keys, preferred_element_type=jnp.float32) * (q.shape[-1] ** -0.5)
-    probs = jax.nn.softmax(jnp.where(mask[:, None, None, :, :], scores, _MASKED), axis=-1)
+    probs = jax.nn.softmax(jnp.where(mask[:, None, None, :, :], scores, MASKED), axis=-1)
     return jnp.einsum("BKGST,BKTH->BSKGH", probs.astype(values.dtype), values)
 
 
-def _blocked_attention(q, keys, values, mask: CausalMask, block: int, start: int = 0):
-    """`_einsum_attention` over blocks of `block` queries (a scan; each block's scores are recomputed in the
+def blocked_attention(q, keys, values, mask: CausalMask, block: int, start: int = 0):
+    """`einsum_attention` over blocks of `block` queries (a scan; each block's scores are recomputed in the
     backward pass rather than stored), its mask rows built per block: the same rows, O(block * T) memory.
     q holds the queries start .. start + S - 1 of the sequence, keys and values its first T tokens."""
     B, S, K, G, H = q.shape
@@ -86,14 +86,14 @@ def _blocked_attention(q, keys, values, mask: CausalMask, block: int, start: int
     @jax.checkpoint
     def one(_, xs):
         i, q_block = xs
-        return None, _einsum_attention(q_block, keys, values, mask.dense(start + i * block, block, T))
+        return None, einsum_attention(q_block, keys, values, mask.dense(start + i * block, block, T))
 
     _, out = jax.lax.scan(one, None, (jnp.arange(n), q))
     return out.swapaxes(0, 1).reshape(B, n * block, K, G, H)[:, :S]
 
 
-def _causal_blocks(q, keys, values, mask: CausalMask, block: int):
-    """`_blocked_attention` in CAUSAL_GROUPS consecutive groups of query blocks, each group scored against
+def causal_blocks(q, keys, values, mask: CausalMask, block: int):
+    """`blocked_attention` in CAUSAL_GROUPS consecutive groups of query blocks, each group scored against
     the keys up to its last query only (a causal mask needs none after it): (groups + 1) / (2 groups) of the
     full pass's scores (0.625 with 4 groups), still one block's scores at a time."""
     S = q.shape[1]
@@ -106,5 +106,5 @@ def _causal_blocks(q, keys, values, mask: CausalMask, block: int):
             q_group = q[:, a:b]
             if out:  # after the previous group: one group's scores live at a time
                 out[-1], q_group = jax.lax.optimization_barrier((out[-1], q_group))
-            out.append(_blocked_attention(q_group, keys[..., :b], values[:, :, :b], mask, block, start=a))
+            out.append(blocked_attention(q_group, keys[..., :b], values[:, :, :b], mask, block, start=a))
     return jnp.concatenate(out, axis=1)

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from trace_jax.models.attention import (_MASKED, ATTENTION_BLOCK, PACKED_ATTENTION_BLOCK, CausalMask,
-                                        _blocked_attention, _causal_blocks, _einsum_attention, _fused_attention,
+from trace_jax.models.attention import (MASKED, ATTENTION_BLOCK, PACKED_ATTENTION_BLOCK, CausalMask,
+                                        blocked_attention, causal_blocks, einsum_attention, fused_attention,
                                         fused_attention_implementation)
 from trace_jax.models.cache import KVCache
 from trace_jax.models.config import ModelConfig
@@ -89,7 +89,7 @@ class Attention(nnx.Module):
         if isinstance(mask, CausalMask):
             block = ATTENTION_BLOCK if mask.enter is None else PACKED_ATTENTION_BLOCK
             if fused is None and S > block:
-                blocked = _blocked_attention if mask.enter is None else _causal_blocks
+                blocked = blocked_attention if mask.enter is None else causal_blocks
                 out = blocked(q, keys, values, mask, block)
                 return self.o_proj(out.reshape(B, S, c.num_heads * c.head_dim)), kv
             mask = mask.dense()
@@ -98,19 +98,19 @@ class Attention(nnx.Module):
                 keys_btkh, values_btkh = k, v
             else:
                 keys_btkh, values_btkh = keys.transpose(0, 3, 1, 2), values.transpose(0, 2, 1, 3)
-            out = _fused_attention(q, keys_btkh, values_btkh, mask, fused).reshape(B, S, c.num_heads * c.head_dim)
+            out = fused_attention(q, keys_btkh, values_btkh, mask, fused).reshape(B, S, c.num_heads * c.head_dim)
             return self.o_proj(out), kv
         if S == 1:
             # Decode: one query per row, a matrix-vector product per head; as a fused multiply-reduce it
             # streams the cache once, where a batched dot with M = G is slow on CPU backends.
             q1 = q[:, 0, :, :, :, None].astype(jnp.float32)  # [B, K, G, H, 1]
             scores = jnp.sum(q1 * keys[:, :, None].astype(jnp.float32), axis=-2)[:, :, :, None, :]
-            scores = jnp.where(mask[:, None, None, :, :], scores * (c.head_dim ** -0.5), _MASKED)
+            scores = jnp.where(mask[:, None, None, :, :], scores * (c.head_dim ** -0.5), MASKED)
             probs = jax.nn.softmax(scores, axis=-1)
             out = jnp.sum(probs[:, :, :, 0, :, None] * values[:, :, None].astype(jnp.float32), axis=-2)
             out = out.astype(values.dtype)[:, None]  # [B, 1, K, G, H]
         else:
-            out = _einsum_attention(q, keys, values, mask)
+            out = einsum_attention(q, keys, values, mask)
         out = out.reshape(B, S, c.num_heads * c.head_dim)
         return self.o_proj(out), kv
 

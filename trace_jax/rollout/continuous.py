@@ -39,7 +39,7 @@ import numpy as np
 from trace_jax.parallel.host import to_host
 from trace_jax.rollout.prefixes import PrefixTable
 from trace_jax.sampling import decode
-from trace_jax.sampling.engine import Generation, _host_lengths, fork_rows
+from trace_jax.sampling.engine import Generation, host_lengths, fork_rows
 from trace_jax.sampling.fork import concat_states, gather_rows, merged_row, plan_fork
 from trace_jax.sampling.rows import copy_rows, extend_rows, place_rows
 from trace_jax.sampling.state import (SamplerState, batch_bucket, empty_state, grow, mesh_of, row_processes,
@@ -230,7 +230,7 @@ def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, 
     rows = [ended.slots[i] for i in boundaries]
     cut = None
     if any(dropped.get(i) for i in boundaries):  # a turn stopped at a stop string (rare): read the lengths then
-        lengths = _host_lengths(state)
+        lengths = host_lengths(state)
         cut = [int(lengths[ended.slots[i]]) - dropped[i] if dropped.get(i) else None for i in boundaries]
     state = extend_rows(p.config, p.params, state, rows, [observations[i] for i in boundaries], cut=cut,
                         reserve=p.sampling.max_new_tokens)

@@ -64,7 +64,7 @@ class Generation:
 
 # --- jitted programs --------------------------------------------------------------------------
 
-def _append_body(config: ModelConfig, params: Params, state: SamplerState, tokens, mask) -> SamplerState:
+def append_body(config: ModelConfig, params: Params, state: SamplerState, tokens, mask) -> SamplerState:
     """Writes tokens [B, C] (right-padded, mask [B, C]) after each row's last token."""
     B, C = tokens.shape
     lengths = state.cache.lengths
@@ -92,21 +92,21 @@ def features(hidden, middle):
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
 def _append(config, mesh, params, state, tokens, mask):
-    return constrain(_append_body(config, params, state, tokens, mask), mesh)
+    return constrain(append_body(config, params, state, tokens, mask), mesh)
 
 
-def _refeed_last(config: ModelConfig, params: Params, state: SamplerState, lengths, changed) -> SamplerState:
+def refeed_last(config: ModelConfig, params: Params, state: SamplerState, lengths, changed) -> SamplerState:
     """Rows `changed` are cut back to `lengths` tokens, their logits/hidden recomputed from the kept last
     token; the other rows are untouched."""
     last = jnp.take_along_axis(state.tokens, jnp.maximum(lengths - 1, 0)[:, None], axis=1)
     cut = state.replace(cache=state.cache.replace(lengths=jnp.where(changed, lengths - 1, state.cache.lengths)))
-    return _append_body(config, params, cut, last, changed[:, None]).replace(pooled=state.pooled)
+    return append_body(config, params, cut, last, changed[:, None]).replace(pooled=state.pooled)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
 def _rewind(config, mesh, params, state, lengths):
     """Cuts each row back to `lengths` tokens and recomputes its logits/hidden from the kept last token."""
-    return constrain(_refeed_last(config, params, state, lengths, jnp.ones(lengths.shape, bool)), mesh)
+    return constrain(refeed_last(config, params, state, lengths, jnp.ones(lengths.shape, bool)), mesh)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=5)
@@ -163,7 +163,7 @@ def _decode(config: ModelConfig, sampling: SamplingParams, steps: int, mesh, par
 
 # --- host API ---------------------------------------------------------------------------------
 
-def _host_lengths(state: SamplerState) -> np.ndarray:
+def host_lengths(state: SamplerState) -> np.ndarray:
     return np.array(to_host(state.cache.lengths))  # a writable host copy
 
 
@@ -199,7 +199,7 @@ def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens:
     longest = max((len(t) for t in new_tokens), default=0)
     if longest == 0:
         return state
-    lengths = _host_lengths(state)
+    lengths = host_lengths(state)
     state = ensure_capacity(state, int(max(lengths[i] + len(t) for i, t in enumerate(new_tokens))))
     width = chunk_bucket(longest, max_chunk)
     mesh = mesh_of(state)
@@ -218,7 +218,7 @@ def truncate(config: ModelConfig, params: Params, state: SamplerState, lengths: 
     """Cuts rows 0..len(lengths)-1 back to `lengths[i]` tokens (1 <= lengths[i] <= the row's length) and
     recomputes their next-token logits and hidden state from the last kept token: the state is as if the
     cut tokens had never been generated (a turn stopped at a stop string). Consumes `state`."""
-    have = _host_lengths(state)
+    have = host_lengths(state)
     cut = have.copy()
     cut[: len(lengths)] = np.asarray(lengths, np.int64)
     if (cut < 1).any() or (cut > have).any():
@@ -250,7 +250,7 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
     done = np.zeros(state.batch_size, np.int32)
     if positions is not None:
         done[:n] = np.asarray(positions, np.int32)
-    lengths = _host_lengths(state)
+    lengths = host_lengths(state)
     if live.any():
         state = ensure_capacity(state, int((lengths + np.minimum(steps, sampling.max_new_tokens - done))[live].max()),
                                 ahead=int(lengths[live].max()) + reserve)
@@ -282,7 +282,7 @@ def fork_rows(config: ModelConfig, params: Params, prefixes: SamplerState, plan:
     branches = gather_rows(prefixes, plan.source)
     if fork_lengths is None:
         return branches
-    have = _host_lengths(branches)
+    have = host_lengths(branches)
     wanted = np.asarray(fork_lengths, np.int64)
     if (wanted < 1).any() or (wanted > have[plan.rows]).any():
         raise ValueError(f"fork_lengths must lie in [1, parent length]; got {list(fork_lengths)} "

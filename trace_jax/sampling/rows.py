@@ -21,7 +21,7 @@ import numpy as np
 
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
-from trace_jax.sampling.engine import MAX_CHUNK, _append_body, _host_lengths, _refeed_last, ensure_capacity
+from trace_jax.sampling.engine import MAX_CHUNK, append_body, host_lengths, refeed_last, ensure_capacity
 from trace_jax.sampling.state import SamplerState, chunk_bucket, constrain, grow, mesh_of, put_replicated
 
 
@@ -39,7 +39,7 @@ def _place(config, mesh, params, state, source, source_rows, rows, lengths):
     """Row rows[i] of `state` becomes row source_rows[i] of `source` cut to lengths[i] tokens (a fork into a
     free slot); only the placed rows are computed."""
     sub = _take_rows(source, source_rows)
-    sub = _refeed_last(config, params, sub, lengths, rows < state.batch_size)
+    sub = refeed_last(config, params, sub, lengths, rows < state.batch_size)
     return constrain(_put_rows(state, rows, sub), mesh)
 
 
@@ -52,16 +52,16 @@ def _copy(mesh, target, source, source_rows, rows):
 def _rewind_rows(config, mesh, params, state, rows, cut):
     """Rows `rows` only (a sub-batch gathered and written back) cut back to `cut` tokens, their logits and
     hidden state recomputed from the kept last token (a turn stopped at a stop string)."""
-    sub = _refeed_last(config, params, _take_rows(state, rows), cut, rows < state.batch_size)
+    sub = refeed_last(config, params, _take_rows(state, rows), cut, rows < state.batch_size)
     return constrain(_put_rows(state, rows, sub), mesh)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
 def _append_rows(config, mesh, params, state, rows, tokens, mask):
-    """`_append_body` on rows `rows` only (a sub-batch gathered and written back): tokens [n, C] (right-padded,
+    """`append_body` on rows `rows` only (a sub-batch gathered and written back): tokens [n, C] (right-padded,
     mask [n, C]) appended. Apart from `_rewind_rows`: a model pass compiled into every append for the rare
     turn cut at a stop string made each of these programs twice as slow to compile."""
-    sub = _append_body(config, params, _take_rows(state, rows), tokens, mask)
+    sub = append_body(config, params, _take_rows(state, rows), tokens, mask)
     return constrain(_put_rows(state, rows, sub), mesh)
 
 
@@ -95,7 +95,7 @@ def place_rows(config: ModelConfig, params: Params, state: SamplerState, source:
         raise ValueError(f"{len(rows)} rows, {len(source_rows)} source rows and {len(lengths)} lengths")
     if not rows:
         return state
-    have = _host_lengths(source)[np.asarray(source_rows)]
+    have = host_lengths(source)[np.asarray(source_rows)]
     wanted = np.asarray(lengths, np.int64)
     if (wanted < 1).any() or (wanted > have).any():
         raise ValueError(f"fork lengths must lie in [1, parent length]; got {list(lengths)} for parents of "
@@ -136,7 +136,7 @@ def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: 
                          + ("" if cut is None else f" and {len(cut)} cut lengths"))
     if not rows:
         return state
-    have = _host_lengths(state)[np.asarray(rows)]
+    have = host_lengths(state)[np.asarray(rows)]
     wanted = have.copy() if cut is None else np.array([h if c is None else c for h, c in zip(have, cut)], np.int64)
     if (wanted < 1).any() or (wanted > have).any():
         raise ValueError(f"cut lengths must lie in [1, row length]; got {list(cut)} for rows of lengths "

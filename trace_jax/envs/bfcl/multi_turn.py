@@ -34,7 +34,7 @@ from typing import Any
 import mpmath
 
 from trace_jax.envs.loaders import DataError, jsonl_rows, require_field
-from trace_jax.envs.tools.functions import MAX_NESTING, MAX_NUMBER, CallError, _nesting
+from trace_jax.envs.tools.functions import MAX_NESTING, MAX_NUMBER, CallError, bracket_depth
 
 SUBSETS = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 BACKENDS = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI", "TradingBot", "TravelAPI",
@@ -116,7 +116,7 @@ def parse_backend_call(text: str) -> BackendCall:
     text = text.strip()
     if len(text) > MAX_CALL_CHARS:
         raise CallError(f"call longer than {MAX_CALL_CHARS} characters")
-    if _nesting(text) > MAX_NESTING:
+    if bracket_depth(text) > MAX_NESTING:
         raise CallError(f"call nested deeper than {MAX_NESTING} brackets")
     try:
         node = ast.parse(text, mode="eval").body

@@ -43,7 +43,7 @@ def parse_call(text: str, max_chars: int = MAX_CALL_CHARS) -> Call:
         raise CallError("empty call")
     if len(text) > max_chars:
         raise CallError(f"call longer than {max_chars} characters")
-    if _nesting(text) > MAX_NESTING:
+    if bracket_depth(text) > MAX_NESTING:
         raise CallError(f"call nested deeper than {MAX_NESTING} brackets")
     if text.startswith("{"):
         try:
@@ -54,7 +54,7 @@ def parse_call(text: str, max_chars: int = MAX_CALL_CHARS) -> Call:
             raise CallError('JSON call needs {"name": "...", "arguments": {...}}')
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):
-            if _nesting(args) > MAX_NESTING:
+            if bracket_depth(args) > MAX_NESTING:
                 raise CallError(f"arguments nested deeper than {MAX_NESTING} brackets")
             try:
                 args = json.loads(args)
@@ -83,7 +83,7 @@ def parse_call(text: str, max_chars: int = MAX_CALL_CHARS) -> Call:
     return Call(name, args)
 
 
-def _nesting(text: str) -> int:
+def bracket_depth(text: str) -> int:
     """The deepest bracket nesting of a text (strings included: an upper bound is what is needed)."""
     depth = deepest = 0
     for ch in text:
