@@ -17,18 +17,18 @@ REPO = os.path.join(os.path.dirname(__file__), "..")
 
 
 @pytest.mark.parametrize("script,flags,message", [
-    ("bench_continuous.py", ["--chunk", "0"], "--chunk must be >= 1, got 0"),
-    ("bench_continuous.py", ["--chunk", "300"], "--chunk=300 exceeds --max_new_tokens=256"),
-    ("bench_sampler.py", ["--repeats", "0"], "--repeats must be >= 1, got 0"),
-    ("bench_sampler.py", ["--preset", "huge"], "--preset 'huge' is not one of"),
-    ("bench_sampler.py", ["--sections", "az"], "--sections 'az': letters among a, b, c, d, e"),
-    ("bench_scheduler.py", ["--steps", "2", "--warm", "2"], "need steps >= 1 and 0 <= warm < steps"),
-    ("bench_scheduler.py", ["--arms", "trace,beam"], "--arms: ['beam'] not among"),
-    ("bench_run_cost.py", ["--repeats", "0"], "--repeats must be >= 1"),
-    ("bench_run_cost.py", ["--subset", "0"], "--subset must be >= 1"),
+    ("experiments/bench_continuous.py", ["--chunk", "0"], "--chunk must be >= 1, got 0"),
+    ("experiments/bench_continuous.py", ["--chunk", "300"], "--chunk=300 exceeds --max_new_tokens=256"),
+    ("experiments/bench_sampler.py", ["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    ("experiments/bench_sampler.py", ["--preset", "huge"], "--preset 'huge' is not one of"),
+    ("experiments/bench_sampler.py", ["--sections", "az"], "--sections 'az': letters among a, b, c, d, e"),
+    ("experiments/bench_scheduler.py", ["--steps", "2", "--warm", "2"], "need steps >= 1 and 0 <= warm < steps"),
+    ("experiments/bench_scheduler.py", ["--arms", "trace,beam"], "--arms: ['beam'] not among"),
+    ("studies/run_cost/bench_run_cost.py", ["--repeats", "0"], "--repeats must be >= 1"),
+    ("studies/run_cost/bench_run_cost.py", ["--subset", "0"], "--subset must be >= 1"),
 ])
 def test_out_of_range_flags_are_refused_before_compute(script, flags, message):
-    out = subprocess.run([sys.executable, os.path.join(REPO, "experiments", script), *flags], capture_output=True,
+    out = subprocess.run([sys.executable, os.path.join(REPO, script), *flags], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2 and message in out.stderr
 
