@@ -12,8 +12,8 @@ import dataclasses
 
 import numpy as np
 
-from trace_jax.allocation.base import (ALLOCATORS, AllocatorConfig, AllocatorState, PredictorAllocator, StepOutcome,
-                                      task_key)
+from trace_jax.allocation.base import (ALLOCATORS, AllocationRecord, AllocatorConfig, AllocatorState,
+                                       PredictorAllocator, StepOutcome, task_key)
 from trace_jax.allocation.budget import spread
 from trace_jax.allocation.predictor import featurize
 
@@ -52,7 +52,8 @@ class Uncertainty(PredictorAllocator):
         trees = [candidates[i] for i in best]
         for tree in trees:
             self.chosen[str(task_key(tree.task))] = self.chosen.get(str(task_key(tree.task)), 0) + 1
-        return StepOutcome(trees=trees, root_counts=tuple(counts), predictor_loss=self.predictor.update(trees))
+        return StepOutcome(trees=trees, record=AllocationRecord(root_counts=tuple(counts),
+                                                                predictor_loss=self.predictor.update(trees)))
 
     def state(self) -> AllocatorState:
         base = super().state()

@@ -131,7 +131,7 @@ from trace_jax.parallel.rules import (BATCH_AXES, replicated_sampling_fits, row_
                                       sampling_param_shardings)
 from trace_jax.rl import learner  # noqa: E402
 from trace_jax.sampling import SamplingParams  # noqa: E402
-from trace_jax.sampling import engine  # noqa: E402
+from trace_jax.sampling import decoding  # noqa: E402
 from trace_jax.sampling.fork import _exchange  # noqa: E402
 from trace_jax.sampling.state import batch_bucket, empty_state, length_bucket, state_specs  # noqa: E402
 
@@ -253,11 +253,11 @@ def sampler_programs(run, model_config, mesh, context: int, prompt_tokens: int, 
     def per_row(*shape, dtype, rows=rows):
         return jax.ShapeDtypeStruct((rows, *shape), dtype, sharding=NamedSharding(mesh, P(BATCH_AXES)))
 
-    decode = engine._decode.lower(model_config, sampling, sampling.max_new_tokens, mesh, params, state,
+    decode = decoding._decode.lower(model_config, sampling, sampling.max_new_tokens, mesh, params, state,
                                   jax.ShapeDtypeStruct((), jnp.uint32, sharding=replicated),
                                   per_row(dtype=jnp.uint32), per_row(dtype=bool), per_row(dtype=jnp.int32)).compile()
-    chunk = engine.MAX_CHUNK
-    prefill = engine._append.lower(model_config, mesh, params, state, per_row(chunk, dtype=jnp.int32),
+    chunk = decoding.MAX_CHUNK
+    prefill = decoding._append.lower(model_config, mesh, params, state, per_row(chunk, dtype=jnp.int32),
                                    per_row(chunk, dtype=bool)).compile()
     # tree_expand's fork: a quarter of every shard's rows from other shards
     shards = row_shards(mesh)
@@ -265,7 +265,7 @@ def sampler_programs(run, model_config, mesh, context: int, prompt_tokens: int, 
     send = jax.ShapeDtypeStruct((shards * max(width, 1),), jnp.int32, sharding=NamedSharding(mesh, P(BATCH_AXES)))
     fork = _exchange.lower(state, per_row(dtype=jnp.int32), send, mesh, width).compile()
     prompts = batch_bucket(prompt_rows(run), row_shards(mesh))
-    roots = engine._append.lower(model_config, mesh, params, _state(model_config, mesh, prompts, length_bucket(
+    roots = decoding._append.lower(model_config, mesh, params, _state(model_config, mesh, prompts, length_bucket(
         prompt_tokens + run.rl.max_new_tokens)), per_row(chunk, dtype=jnp.int32, rows=prompts),
                                  per_row(chunk, dtype=bool, rows=prompts)).compile()
     least = 2 * num_params(model_config)

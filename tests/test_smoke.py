@@ -34,7 +34,7 @@ def test_one_trace_step_end_to_end(tiny_setup):
     assert engine.ledger.rollouts_started == engine.ledger.rollouts_finished == budget.rollouts
     for tree in outcome.trees:
         assert tree.open_nodes() == [] and all(leaf.terminal for leaf in tree.leaves())
-    assert np.isfinite(outcome.predictor_loss)
+    assert np.isfinite(outcome.record.predictor_loss)
     sequences = estimate(outcome.trees, AdvantageConfig())
     batch = jax.device_put(paths.build(outcome.trees, sequences, micro_batch=4))
     optimizer = learner.make_optimizer(learner.LearnerConfig())

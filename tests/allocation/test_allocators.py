@@ -84,7 +84,7 @@ def test_knapsack_allocation_is_its_dp():
 
 def test_trace_state_round_trips(tiny_setup):
     alloc, _, outcome = _run(tiny_setup, "trace")
-    assert outcome.calibration is not None and outcome.calibration.n > 0
+    assert outcome.record.calibration is not None and outcome.record.calibration.n > 0
     other = _make(tiny_setup, "trace", seed=3)
     other.restore(alloc.state())
     x = np.random.default_rng(0).normal(size=(4, feature_width(tiny_setup.config.hidden_size)))
@@ -114,7 +114,7 @@ def test_trace_stage1_only_spends_everything_at_the_roots(tiny_setup):
     alloc = _make(tiny_setup, TraceConfig(prefixes="none"))
     engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=0)
     outcome = alloc.step(engine, tiny_setup.source.tasks("train")[: alloc.pool_size])
-    assert engine.ledger.rollouts_started == BUDGET.rollouts == outcome.budget_spent
+    assert engine.ledger.rollouts_started == BUDGET.rollouts == outcome.record.budget_spent
     assert sum(len(t.root.children) for t in outcome.trees) == BUDGET.rollouts  # no prefix was branched
     assert all(len(n.children) <= 1 for t in outcome.trees for n in t.nodes[1:])
 
@@ -157,11 +157,11 @@ def test_trace_modes_spend_exactly_the_budget_and_log_what_they_did(tiny_setup, 
     outcome = alloc.step(engine, tiny_setup.source.tasks("train")[: alloc.pool_size])
     assert engine.ledger.rollouts_started == engine.ledger.rollouts_finished == budget.rollouts
     assert sum(len(t.leaves()) for t in outcome.trees) == budget.rollouts
-    assert outcome.root_counts and sum(outcome.root_counts) <= budget.rollouts
+    assert outcome.record.root_counts and sum(outcome.record.root_counts) <= budget.rollouts
     if config.prefix_budget == "local":  # M1 = M / (1 + N), at least B m_min
-        assert sum(outcome.root_counts) == max(budget.prompts * budget.m_min, budget.rollouts // 3)
+        assert sum(outcome.record.root_counts) == max(budget.prompts * budget.m_min, budget.rollouts // 3)
     if config.holdout:
-        assert outcome.holdout_calibration is None or outcome.holdout_calibration.n <= config.holdout
+        assert outcome.record.holdout_calibration is None or outcome.record.holdout_calibration.n <= config.holdout
     branched = [n for t in outcome.trees for n in t.nodes[1:] if n.origin != 0]
     assert branched or config.prefixes == "uniform"  # continuations from turn prefixes were bought
     # every stage-2 anchor is recorded with its tree, depth, prediction and outcome, labelled by how it was picked
@@ -193,8 +193,8 @@ def test_dapo_over_samples_small_groups_and_refills_within_the_cap(tiny_setup):
     budget = BudgetConfig(rollouts=12, prompts=3, candidates=6, m_min=2, m_max=4)
     alloc, engine, outcome = _run(tiny_setup, "dapo", budget)
     assert all(len(t.leaves()) == 2 for t in outcome.trees)  # GRPO would give 4 each
-    assert outcome.groups_sampled * 2 == engine.ledger.rollouts_started <= budget.rollouts
-    assert outcome.groups_sampled > len(outcome.trees) or len(outcome.trees) == budget.prompts
+    assert outcome.record.groups_sampled * 2 == engine.ledger.rollouts_started <= budget.rollouts
+    assert outcome.record.groups_sampled > len(outcome.trees) or len(outcome.trees) == budget.prompts
 
 
 def test_dapo_spends_an_odd_budget_unless_it_kept_b_groups(tiny_setup):
@@ -236,7 +236,7 @@ def test_pcl_takes_the_b_prompts_predicted_nearest_its_target(tiny_setup, monkey
     monkeypatch.setattr(alloc.predictor, "predict", lambda x: np.array([0.9, 0.1, 0.55, 0.0, 0.45, 1.0])[: len(x)])
     pool = tiny_setup.source.tasks("train")[:6]
     outcome = alloc.step(RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=0), pool)
-    assert [t.task.id for t in outcome.trees] == [pool[2].id, pool[4].id] and outcome.root_counts == (4, 4)
+    assert [t.task.id for t in outcome.trees] == [pool[2].id, pool[4].id] and outcome.record.root_counts == (4, 4)
 
 
 def test_trace_fits_kappa_to_its_held_out_anchors_and_checkpoints_them(tiny_setup):
@@ -247,7 +247,7 @@ def test_trace_fits_kappa_to_its_held_out_anchors_and_checkpoints_them(tiny_setu
     assert alloc.kappa == 4.0  # cold start
     outcome = alloc.step(RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=3),
                          tiny_setup.source.tasks("train")[:6])
-    assert len(alloc.noise_samples) == outcome.holdout_calibration.n == len(outcome.holdout_pairs) <= 3
+    assert len(alloc.noise_samples) == outcome.record.holdout_calibration.n == len(outcome.holdout_pairs) <= 3
     alloc.noise_samples = [[0.5, 1.0, 1.0, 1.0]] * 40  # outcomes always repeat the one seen: trust it
     assert alloc.kappa <= 0.5
     restored = _make(tiny_setup, config, BudgetConfig(rollouts=16, prompts=3, candidates=6, m_min=2, m_max=4))

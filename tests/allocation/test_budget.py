@@ -67,11 +67,11 @@ def test_every_allocator_spends_the_token_cap_in_measured_tokens(tiny_setup, nam
         pool = tasks[step * alloc.pool_size:(step + 1) * alloc.pool_size]
         target = alloc.meter.target()
         outcome = alloc.step(engine, pool)
-        planned.append(outcome.rollout_budget)
+        planned.append(outcome.record.rollout_budget)
         if name == "trace":  # stage 2 spends to the step's cost target, measured as it goes
             assert abs(TOKENS.cost(engine.ledger) - target) <= 0.1 * target, (step, target)
         else:
-            assert engine.ledger.rollouts_started <= outcome.rollout_budget
+            assert engine.ledger.rollouts_started <= outcome.record.rollout_budget
         total += TOKENS.cost(engine.ledger)
         drift = (total - step * TOKENS.tokens) / TOKENS.tokens
         assert drift <= TOKEN_TOLERANCE and (drift >= -TOKEN_TOLERANCE or name == "dapo"), (step, drift)
@@ -94,9 +94,9 @@ def test_trace_spends_to_the_step_target_when_the_meter_misjudges_the_cost_per_r
     alloc.meter.load({"steps": 0, "spent": 0.0, "cost_per_unit": 40.0})  # about 2/3 of what a rollout costs here
     engine = RolloutEngine(tiny_setup.policy, tiny_setup.env, seed=1)
     outcome = alloc.step(engine, tiny_setup.source.tasks("train")[:alloc.pool_size])
-    assert outcome.rollout_budget == 15  # M planned at 600 / 40
+    assert outcome.record.rollout_budget == 15  # M planned at 600 / 40
     assert TOKENS.cost(engine.ledger) <= 1.1 * TOKENS.tokens
-    assert outcome.budget_spent < outcome.rollout_budget  # rollout-equivalents measured at this step's cost
+    assert outcome.record.budget_spent < outcome.record.rollout_budget  # rollout-equivalents measured at this step's cost
 
 
 @pytest.mark.parametrize("prefix_cost", ["tokens", "rollouts"])

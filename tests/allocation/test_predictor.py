@@ -61,8 +61,8 @@ def test_a_row_of_the_wrong_width_is_refused():
 
 def test_standardised_inputs_let_a_tiny_scale_scalar_drive_the_prediction():
     """Success depends on a scalar column that varies by ~1% (as log1p(prefix length) / 8 does) next to
-    32 unit-variance hidden dimensions: per-column standardisation finds it, a per-row LayerNorm barely."""
-    from trace_jax.allocation.predictor import PredictorConfig
+    32 unit-variance hidden dimensions: per-column standardisation finds it (a per-row LayerNorm, the
+    predictor's first normalisation, scored 0.1 lower here and was deleted)."""
     rng = np.random.default_rng(0)
 
     def stream(n):
@@ -70,14 +70,11 @@ def test_standardised_inputs_let_a_tiny_scale_scalar_drive_the_prediction():
         x = np.concatenate([rng.normal(size=(n, 32)), 0.5 + 0.005 * z[:, None]], axis=1).astype(np.float32)
         return x, (rng.random(n) < 1 / (1 + np.exp(-3 * z))).astype(np.float32)
 
-    scores = {}
-    for normalize in ("standardize", "layernorm"):
-        predictor = SuccessPredictor(33, PredictorConfig(normalize=normalize))
-        for _ in range(4):
-            predictor.fit(*stream(400), np.ones(400, np.float32))
-        x, y = stream(2000)
-        scores[normalize] = auc(predictor.predict(x), y)
-    assert scores["standardize"] > 0.75 and scores["standardize"] > scores["layernorm"] + 0.1, scores
+    predictor = SuccessPredictor(33)
+    for _ in range(4):
+        predictor.fit(*stream(400), np.ones(400, np.float32))
+    x, y = stream(2000)
+    assert auc(predictor.predict(x), y) > 0.75
 
 
 def test_root_targets_count_only_rollouts_sampled_at_the_root():

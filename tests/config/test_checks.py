@@ -246,7 +246,7 @@ def test_range_errors_state_the_allowed_range():
 
 
 @pytest.mark.parametrize("key,value,allowed", [("task.f1_success", 1.5, "[0, 1]"), ("predictor.width", 0, "[1, inf]"),
-                                               ("predictor.weight_cap", 0.0, "(0, inf]"),
+                                               ("predictor.learning_rate", 0.0, "(0, inf]"),
                                                ("learner.remat", "all", "('dots', 'layer')"),
                                                ("loss.clip_low", 1.0, "[0, 1)")])
 def test_each_owner_declares_its_fields_ranges_and_one_walk_checks_them(key, value, allowed):

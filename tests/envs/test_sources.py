@@ -1,6 +1,5 @@
 """The task-source registry (envs/sources.py): each source's config class is the task section, a field of
-another source is refused by name, configs switch sources with `use_source`, and the settings every stored
-run was hashed under are unchanged."""
+another source is refused by name, configs switch sources with `use_source`, and the task settings list the source's own fields."""
 
 import dataclasses
 
@@ -49,16 +48,15 @@ def test_use_source_resets_what_the_new_source_does_not_have():
     assert schema.parse(c).task.train_path == "/data/train.jsonl"
 
 
-def test_the_settings_stored_runs_were_hashed_under_are_unchanged():
-    """The task section still lists the fields of the one union section it replaced (at their defaults where
-    the source has none): every committed grid's run directories and SFT checkpoints are found again."""
-    assert schema.settings(from_config_dict(default_config()), ("task",)) == {
-        "task.source": "multihop", "task.seed": 0, "task.num_questions": 2000, "task.max_difficulty": 2,
-        "task.max_turns": 5, "task.max_tokens": 200, "task.search_top_k": 2, "task.search_words": 24}
-    compare, base = grid.split_config(compare_funcall.get_config())
-    assert schema.settings(from_config_dict(base), ("task",)) == {
-        "task.source": "funcall", "task.seed": 0, "task.num_questions": 2000, "task.max_difficulty": 0,
-        "task.max_turns": 6, "task.max_tokens": 200, "task.search_top_k": 2, "task.search_words": 24}
+def test_the_task_settings_list_exactly_the_sources_own_fields():
+    """Identity schema 2: the task section lists its source's config fields, no other source's (schema 1 listed
+    the union of every source's; studies/migrations/identity_v2.py moved the stored runs)."""
+    for config in (default_config(), grid.split_config(compare_funcall.get_config())[1]):
+        run = from_config_dict(config)
+        fields = {f"task.{f.name}" for f in dataclasses.fields(TASK_SOURCES.entry(run.task.source).config)}
+        assert set(schema.settings(run, ("task",))) == fields
+    funcall = from_config_dict(grid.split_config(compare_funcall.get_config())[1])
+    assert "task.search_top_k" not in schema.settings(funcall, ("task",))
 
 
 def test_sources_are_built_from_their_config_alone():
@@ -77,7 +75,7 @@ def test_sources_are_built_from_their_config_alone():
 
 def test_the_multihop_world_scales_its_entities_and_refuses_a_bad_scale():
     """task.world_scale multiplies every entity kind (a test split large enough for a >= 2000-task endpoint needs
-    about 5x); scale 1 is the default world, left out of the settings stored runs were hashed under."""
+    about 5x); scale 1 is the default world."""
     small, large = build("multihop", num_questions=40), build("multihop", num_questions=40, world_scale=3)
     for kind, names in small.world.originals.items():
         assert len(large.world.originals[kind]) == 3 * len(names)

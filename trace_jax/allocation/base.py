@@ -51,35 +51,56 @@ class PrefixOutcome:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class StepOutcome:
-    """What one allocator step produced.
+class AllocationRecord:
+    """What one allocator step reports about its own decisions (stored whole in `StepRecord.allocation`).
 
     Attributes:
-      trees: what the learner trains on.
       budget_spent: budget units spent (rollout-equivalents with unit="tokens"); None = rollouts started.
       groups_sampled: prompts rolled out before filtering (dapo); None where nothing is filtered.
       calibration: the predictor scored on the outcomes its own allocation caused (trace; biased:
         anchors are chosen where the prediction disagrees with the outcome seen).
       holdout_calibration: the predictor scored on random anchors held out from the choice (unbiased).
-      prefix_outcomes: every stage-2 anchor with its tree, depth, prediction and outcome (trace), so a
-        study can score the predictor within a prompt and see where branches land; `holdout_pairs` are the
-        held-out ones' (prediction, outcome), for pooling over steps.
       root_counts: rollouts given to each chosen prompt at the root, when the allocator chose them.
       predictor_loss: the predictor's training loss after this step's update (trace).
       kappa: the prior strength of the posterior prefix chooser (trace, prefixes="posterior").
-      rollout_budget: the M this step was planned with (budget.rollouts, or the token meter's M_s).
+      rollout_budget: the M this step was planned with (budget.rollouts, or the token meter's M_s; set by
+        `Allocator.step`).
     """
 
-    trees: list[RolloutTree]
     budget_spent: float | None = None
     groups_sampled: int | None = None
     calibration: Calibration | None = None
     holdout_calibration: Calibration | None = None
-    prefix_outcomes: tuple[PrefixOutcome, ...] = ()
     root_counts: tuple[int, ...] | None = None
     predictor_loss: float | None = None
     kappa: float | None = None
     rollout_budget: int | None = None
+
+    @property
+    def root_m_std(self) -> float | None:
+        """Spread of stage 1's rollouts per chosen prompt (0: stage 1 gave every prompt the same m)."""
+        return float(np.std(self.root_counts)) if self.root_counts else None
+
+    @classmethod
+    def from_json(cls, d: dict) -> AllocationRecord:
+        """The inverse of `dataclasses.asdict` (JSON's NaN is None: a calibration's NaN comes back as NaN)."""
+        calibrations = {k: None if d[k] is None else Calibration(**{f: float("nan") if v is None else v
+                                                                   for f, v in d[k].items()})
+                        for k in ("calibration", "holdout_calibration")}
+        return cls(**{**d, **calibrations,
+                      "root_counts": None if d["root_counts"] is None else tuple(d["root_counts"])})
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutcome:
+    """What one allocator step produced: `trees`, what the learner trains on; `record`, the step's own
+    figures; `prefix_outcomes`, every stage-2 anchor with its tree, depth, prediction and outcome (trace), so a
+    study can score the predictor within a prompt and see where branches land (`holdout_pairs` are the
+    held-out ones' (prediction, outcome), for pooling over steps)."""
+
+    trees: list[RolloutTree]
+    record: AllocationRecord = AllocationRecord()
+    prefix_outcomes: tuple[PrefixOutcome, ...] = ()
 
     @property
     def holdout_pairs(self) -> tuple[tuple[float, float], ...]:
@@ -163,9 +184,10 @@ class Allocator(abc.ABC):
             self.budget = self.meter.step_budget()
         outcome = self.allocate(engine, pool)
         if self.meter is not None:
-            spent = engine.ledger.rollouts_started if outcome.budget_spent is None else outcome.budget_spent
+            spent = engine.ledger.rollouts_started if outcome.record.budget_spent is None else outcome.record.budget_spent
             self.meter.record(self.budget.cost(engine.ledger), spent)
-        return dataclasses.replace(outcome, rollout_budget=self.budget.rollouts)
+        return dataclasses.replace(outcome, record=dataclasses.replace(outcome.record,
+                                                                       rollout_budget=self.budget.rollouts))
 
     @abc.abstractmethod
     def allocate(self, engine: RolloutEngine, pool: Sequence[Task]) -> StepOutcome:

@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 
 from trace_jax.allocation import solvers
-from trace_jax.allocation.base import (ALLOCATORS, Allocator, AllocatorConfig, AllocatorState, PredictorAllocator,
-                                      StepOutcome, leaf_success, sample_roots, task_key)
+from trace_jax.allocation.base import (ALLOCATORS, AllocationRecord, Allocator, AllocatorConfig, AllocatorState,
+                                       PredictorAllocator, StepOutcome, leaf_success, sample_roots, task_key)
 from trace_jax.allocation.budget import spread
 from trace_jax.allocation.predictor import featurize
 
@@ -76,7 +76,7 @@ class DAPO(Allocator):
                     kept.append(tree)
                 else:
                     engine.ledger.rollouts_discarded += size
-        return StepOutcome(trees=kept, groups_sampled=index)
+        return StepOutcome(trees=kept, record=AllocationRecord(groups_sampled=index))
 
 
 class _PerPromptHistory(Allocator):
@@ -194,5 +194,5 @@ class PCL(PredictorAllocator):
         counts[chosen] = spread(b.rollouts, len(chosen))
         engine.expand(candidates, [(i, 0, int(k)) for i, k in enumerate(counts) if k > 0])
         trees = [candidates[i] for i in chosen]
-        return StepOutcome(trees=trees, root_counts=tuple(int(counts[i]) for i in chosen),
-                           predictor_loss=self.predictor.update(trees))
+        return StepOutcome(trees=trees, record=AllocationRecord(root_counts=tuple(int(counts[i]) for i in chosen),
+                                                                predictor_loss=self.predictor.update(trees)))

@@ -2,7 +2,7 @@
 (docs/design.md section 7). Reads each step's ledger from the run's `StepRecord`s and fails loudly otherwise.
 
 Every step: rollouts started = finished = trained leaves + discarded, and the step spent the M it was
-planned with (`record.rollout_budget`; dapo may stop early once it kept B mixed groups; TRACE, whose
+planned with (`record.allocation.rollout_budget`; dapo may stop early once it kept B mixed groups; TRACE, whose
 budget_spent counts rollout-equivalents, spends M of them to within one, or with budget.unit="tokens"
 spends to the step's measured-cost target, whatever M). With budget.unit="tokens" the
 measured cost (`BudgetConfig.cost` of the engine's ledger) is audited too: after every step s the
@@ -33,7 +33,7 @@ def audit(name: str, run: RunConfig, steps: list[StepRecord]) -> Ledger:
         raise BudgetAuditError(f"{name}: {len(steps)} RL steps logged, configured rl.steps={run.rl.steps}")
     dapo = run.allocator.name == "dapo"
     for record in steps:
-        planned = budget.rollouts if record.rollout_budget is None else record.rollout_budget
+        planned = budget.rollouts if record.allocation.rollout_budget is None else record.allocation.rollout_budget
 
         def fail(what: str):
             raise BudgetAuditError(f"{name}, step {record.step}: {what} (planned M={planned}, budget.rollouts="
@@ -50,18 +50,18 @@ def audit(name: str, run: RunConfig, steps: list[StepRecord]) -> Ledger:
         if dapo:  # may stop early, but only once it kept B mixed groups
             if started > planned or (started < planned and trees.trees < budget.prompts):
                 fail(f"dapo started {started} rollouts and kept {trees.trees} groups")
-        elif record.budget_spent is not None and (budget.unit == "tokens" or record.budget_spent != started):
+        elif record.allocation.budget_spent is not None and (budget.unit == "tokens" or record.allocation.budget_spent != started):
             # priced in rollout-equivalents. unit="tokens": spent to the step's measured-cost target, so its M is
             # not audited, its cost is (below), also when its spend happens to equal the rollouts it started (a
             # step whose bare rollouts used the whole target and left stage 2 nothing: seen on a collapsing
             # policy, whose runs this branch used to fail as "18 rollouts started (planned M=34)")
-            if budget.unit == "rollouts" and not planned - 1 < record.budget_spent <= planned + 1e-6:
-                fail(f"spent {record.budget_spent} rollout-equivalents")
+            if budget.unit == "rollouts" and not planned - 1 < record.allocation.budget_spent <= planned + 1e-6:
+                fail(f"spent {record.allocation.budget_spent} rollout-equivalents")
         elif started != planned:
             fail(f"{started} rollouts started")
     if budget.unit == "tokens":
         audit_cost(name, budget, [r.ledger for r in steps], may_underspend=dapo,
-                   planned=[r.rollout_budget for r in steps])
+                   planned=[r.allocation.rollout_budget for r in steps])
     return sum((r.ledger for r in steps), Ledger())
 
 

@@ -26,11 +26,12 @@ def _slug(name: str) -> str:
 
 
 def run_dir(workdir: str, variant: str, seed: int, run: schema.RunConfig) -> str:
-    """`runs/<variant>/seed<k>-<hash of the run's settings>`: a run is read back or resumed only under
+    """`runs/<variant>/seed<k>-<hash of the run's identity>`: a run is read back or resumed only under
     the settings it ran under, so `:runlocal` and the full comparison can share one workdir (and its
     SFT checkpoint), and changing a setting reruns instead of reporting a stale result; the scheduler and
-    learner layout are not part of it (`schema.EXECUTION_SETTINGS`)."""
-    digest = hashlib.sha256(json.dumps(schema.run_identity(run), sort_keys=True).encode()).hexdigest()[:8]
+    learner layout are not part of it (`schema.EXECUTION_SETTINGS`). The directory keeps the identity
+    itself in `identity.json` (`results_store.write_identity`)."""
+    digest = hashlib.sha256(json.dumps(schema.identity(run), sort_keys=True).encode()).hexdigest()[:8]
     return os.path.join(workdir, "runs", _slug(variant), f"seed{seed}-{digest}")
 
 
@@ -61,9 +62,10 @@ def run_grid(runs: list[tuple[grid.Variant, int, schema.RunConfig]], workdir: st
         directory = run_dir(workdir, variant.name, seed, run)
         experiment.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
         link_shared(shared, directory)
+        results_store.write_identity(directory, schema.identity(run))
         summary_path = os.path.join(directory, "summary.json")
         relative = os.path.relpath(directory, workdir)
-        if compare.results and results_store.restore_run(compare.results, relative, directory):
+        if compare.results and results_store.restore_run(compare.results, relative, directory, schema.identity(run)):
             experiment.log(f"finished earlier, kept in {compare.results}")
         failure = results_store.stored_failure(compare.results, relative) if compare.results else None
         if failure is not None and not os.path.exists(summary_path):

@@ -118,14 +118,14 @@ def variant_study(setup, run, params, reference: np.ndarray, *, steps: int, seed
         stats = step_statistics(outcome.trees)
         effective.append(stats["effective_ratio"])
         mixed.append(stats["expanded_mixed_share"])
-        if outcome.root_counts:
-            m_std.append(float(np.std(outcome.root_counts)))
+        if outcome.record.root_counts:
+            m_std.append(outcome.record.root_m_std)
         pairs += list(outcome.holdout_pairs)
         anchored += [(step, p) for p in outcome.prefix_outcomes]
         branch_depths.append(contrast_statistics(outcome.trees)["anchor_depths"])
         tokens.append(engine.ledger.tokens_generated)
         ledgers.append(engine.ledger)
-        planned.append(outcome.rollout_budget)
+        planned.append(outcome.record.rollout_budget)
         if trainer is not None:
             trainer.train(step, outcome.trees)
     budget = run.budget

@@ -36,7 +36,7 @@ def steps_by_number(lines: list[dict]) -> dict[int, dict]:
 def per_step_curves(steps: list[StepRecord]) -> dict[str, list[float | None]]:
     """The per-step statistics the report plots, from the run's step records."""
     def calibration(record: StepRecord, key: str):
-        value = getattr(record.calibration, key) if record.calibration else None
+        value = getattr(record.allocation.calibration, key) if record.allocation.calibration else None
         return None if value is None or not math.isfinite(value) else value
 
     curves = {key: [getattr(r.trees, key) for r in steps]

@@ -6,11 +6,13 @@ Layout: `<results>/shared.json` (the digest of the SFT params every run started 
 settings and its held-out result), `<results>/shared/` (the SFT checkpoint's final step and the
 tokenizer: a few MB for the CPU presets, so a fresh workdir starts from the very same params instead
 of redoing SFT; `eval/step_0.json`, its per-task outcomes) and
-`<results>/runs/<variant>/seed<k>-<settings hash>/` with each finished run's `summary.json`,
-`steps.jsonl`, `metrics.jsonl` and `eval/step_N.json`: everything the report reads, none of the
+`<results>/runs/<variant>/seed<k>-<identity hash>/` with each finished run's `identity.json` (what defines the
+run: `schema.identity`), `summary.json`, `steps.jsonl`, `metrics.jsonl` and `eval/step_N.json`: everything the
+report reads, none of the
 checkpoints; a run whose ledger failed the budget audit leaves `audit_failed.json` (the audit's message)
-there instead. A run found there is copied into the workdir and reported as finished; a stored grid
-made from other SFT params (a digest that differs) is refused, naming both digests.
+there instead. A run found there is copied into the workdir and reported as finished, once its stored identity
+is the one asked for; a stored grid made from other SFT params (a digest that differs) is refused, naming both
+digests.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import numpy as np
 
 from trace_jax.config.schema import ConfigError
 
-RUN_FILES = ("summary.json", "steps.jsonl", "metrics.jsonl")
+IDENTITY = "identity.json"  # {"schema": version, "settings": {...}}: what defines the run (`schema.identity`)
+RUN_FILES = (IDENTITY, "summary.json", "steps.jsonl", "metrics.jsonl")
 AUDIT_FAILED = "audit_failed.json"  # in place of the result files: the run's ledger failed the budget audit
 
 
@@ -106,11 +109,48 @@ def keep_start(results: str, workdir_shared: str, sft_step: int) -> None:
             os.replace(os.path.join(target, name) + ".tmp", os.path.join(target, name))
 
 
-def restore_run(results: str, relative: str, run_dir: str) -> bool:
-    """Copies a run finished in the results directory into `run_dir` (unless it finished there too)."""
+def write_identity(run_dir: str, identity: dict) -> None:
+    """Writes `identity.json` into a run directory, or checks the one there (`require_identity`)."""
+    path = os.path.join(run_dir, IDENTITY)
+    if os.path.exists(path):
+        require_identity(run_dir, identity)
+    elif jax.process_index() == 0:
+        os.makedirs(run_dir, exist_ok=True)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(identity, f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+
+
+def require_identity(run_dir: str, identity: dict) -> None:
+    """Raises ConfigError unless the run directory's `identity.json` is `identity`, naming the schema versions
+    or each field that differs (a directory found under the same hash is another run only by accident or
+    by hand, and its results must not be reported as this one's)."""
+    path = os.path.join(run_dir, IDENTITY)
+    try:
+        with open(path, encoding="utf-8") as f:
+            stored = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} holds a run's results but no {IDENTITY}: run studies/migrations/"
+                          "identity_v2.py on results stored before 2026-12-07") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not JSON ({e})") from None
+    if stored.get("schema") != identity["schema"]:
+        raise ConfigError(f"{path} is identity schema {stored.get('schema')!r}; this code reads "
+                          f"{identity['schema']} (studies/migrations/ moves stored runs between schemas)")
+    old, new = stored.get("settings", {}), identity["settings"]
+    differ = [f"{k}: {old.get(k)!r} there, {new.get(k)!r} asked" for k in sorted(set(old) | set(new))
+              if old.get(k) != new.get(k)]
+    if differ:
+        raise ConfigError(f"{run_dir} is another run than the one asked for ({'; '.join(differ)})")
+
+
+def restore_run(results: str, relative: str, run_dir: str, identity: dict) -> bool:
+    """Copies a run finished in the results directory into `run_dir` (unless it finished there too), once
+    its stored identity is `identity`."""
     stored = os.path.join(results, relative)
     if not os.path.exists(os.path.join(stored, "summary.json")):
         return False
+    require_identity(stored, identity)
     if not os.path.exists(os.path.join(run_dir, "summary.json")):
         _copy(_files(stored), stored, run_dir)
     return True

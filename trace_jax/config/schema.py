@@ -229,35 +229,16 @@ RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode
 # How a run computes, not what it computes: the rollout scheduler and the learner's sequence layout sample
 # from the same distributions and give the same losses and gradients up to float rounding (greedy rollouts are
 # token for token the same: tests/rollout/test_continuous.py; the packed learner equals the per-path one to
-# 1e-5: tests/rl/batches/test_packed.py). A comparison identifies a run without them (`run_identity`), so a stored
+# 1e-5: tests/rl/batches/test_packed.py). A comparison identifies a run without them (`identity`), so a stored
 # run is read back whichever scheduler or layout ran it, and switching either reruns nothing.
 EXECUTION_SETTINGS = ("rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "learner.layout", "eval.decode_chunk")
 
 
-# Fields added after runs were stored under `settings`: left out while they hold these values (which keep
-# the old behaviour), so a stored run, checkpoint or cached study is still found under its settings.
-ADDED_FIELDS = {"task.train_path": "", "task.test_path": "", "task.corpus_path": "", "task.categories": "",
-                "task.search_url": "", "task.action_format": "react", "task.thinking": True, "task.f1_success": 0.0,
-                "rl.decode_chunk": 0, "rl.decode_slots": 0, "rl.overlap_tools": False, "sft.max_difficulty": 0,
-                "rl.keep_prefixes": True, "learner.remat": "dots", "learner.mini_batches": 1, "learner.epochs": 1,
-                "learner.split_trees": False, "learner.layout": "paths", "advantage.baseline": "all_leaves",
-                "allocator.prefix_cost": "tokens", "eval.sample_every": 0,
-                "eval.intermediate_tasks": 0, "task.world_scale": 1, "eval.decode_chunk": 0}
-
-
-# The task section's fields before each source owned its config class (one union of every source's fields),
-# with their defaults: `settings` still lists the task section this way, a field the source does not have at
-# this default (a source's config refuses another's field once it is set), so stored runs, SFT checkpoints
-# and cached studies keep the settings, and the hashes, they were made under.
-TASK_FIELDS_BEFORE_SOURCES = {"source": "multihop", "seed": 0, "num_questions": 2000, "max_difficulty": 2,
-                              "max_turns": 5, "max_tokens": 200, "search_top_k": 2, "search_words": 24,
-                              "train_path": "", "test_path": "", "corpus_path": "", "categories": "", "search_url": "",
-                              "action_format": "react", "thinking": True, "f1_success": 0.0}
-
-
-def _section_fields(run: RunConfig, name: str) -> dict[str, Any]:
-    fields = dataclasses.asdict(getattr(run, name))
-    return {**TASK_FIELDS_BEFORE_SOURCES, **fields} if name == "task" else fields
+# The version of `identity`: bumped when what defines a stored run changes. Version 2 is every field of every
+# section as the config classes hold them (version 1, before 2026-12-07, left out fields added after runs were
+# stored while they held their old behaviour's value, and listed the task section as the union of every
+# source's fields; studies/migrations/identity_v2.py moved every committed run, cache and checkpoint record).
+IDENTITY_SCHEMA = 2
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -265,16 +246,15 @@ def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[st
     would store it, so a stored copy compares equal."""
     flat = {"seed": run.seed} if sections is None else {}
     for name in sections or _SECTIONS:
-        for field, value in _section_fields(run, name).items():
-            key = f"{name}.{field}"
-            if not (key in ADDED_FIELDS and value == ADDED_FIELDS[key]):
-                flat[key] = value
+        flat.update({f"{name}.{field}": value for field, value in dataclasses.asdict(getattr(run, name)).items()})
     return json.loads(json.dumps(flat))
 
 
-def run_identity(run: RunConfig) -> dict[str, Any]:
-    """`settings(run)` without the `EXECUTION_SETTINGS`: what a stored comparison run is found under."""
-    return {k: v for k, v in settings(run).items() if k not in EXECUTION_SETTINGS}
+def identity(run: RunConfig) -> dict[str, Any]:
+    """What a stored comparison run is found under and carries (`identity.json`): the schema version and
+    `settings(run)` without the `EXECUTION_SETTINGS`."""
+    return {"schema": IDENTITY_SCHEMA,
+            "settings": {k: v for k, v in settings(run).items() if k not in EXECUTION_SETTINGS}}
 
 
 def require_same_settings(what: str, stored: dict[str, Any] | None, current: dict[str, Any],

@@ -71,7 +71,7 @@ class LearnerMetrics:
       trained_tokens: tokens with a loss term (in one pass over the step's sequences).
       updates: optimizer updates taken (mini-batches x epochs, empty mini-batches skipped).
       clip_fraction_last, approx_kl_last, grad_norm_last: the same figures of the last update (the one
-        furthest from the sampler's policy); NaN in records written before they existed.
+        furthest from the sampler's policy; NaN in the records of runs stored before they were measured).
     """
 
     loss: float
@@ -80,14 +80,17 @@ class LearnerMetrics:
     entropy: float
     grad_norm: float
     trained_tokens: float
-    updates: int = 1
-    clip_fraction_last: float = float("nan")
-    approx_kl_last: float = float("nan")
-    grad_norm_last: float = float("nan")
+    updates: int
+    clip_fraction_last: float
+    approx_kl_last: float
+    grad_norm_last: float
 
     @classmethod
     def from_device(cls, metrics: dict[str, jax.Array]) -> LearnerMetrics:
-        return cls(**{k: float(v) for k, v in to_host(metrics).items()})
+        """One update's metrics (it is its own last update)."""
+        m = {k: float(v) for k, v in to_host(metrics).items()}
+        return cls(**m, updates=1, clip_fraction_last=m["clip_fraction"], approx_kl_last=m["approx_kl"],
+                   grad_norm_last=m["grad_norm"])
 
 
 def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:

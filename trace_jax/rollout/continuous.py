@@ -29,7 +29,6 @@ utilisation (decoded tokens / slot-steps computed) is counted on the engine.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 from typing import Protocol
@@ -38,8 +37,9 @@ import numpy as np
 
 from trace_jax.parallel.host import to_host
 from trace_jax.rollout.prefixes import PrefixTable
+from trace_jax.rollout.scheduler import SlotCounters, SlotTable
 from trace_jax.sampling import decode
-from trace_jax.sampling.engine import Generation, host_lengths, fork_rows
+from trace_jax.sampling.decoding import Generation, host_lengths, fork_rows
 from trace_jax.sampling.fork import concat_states, gather_rows, merged_row, plan_fork
 from trace_jax.sampling.rows import copy_rows, extend_rows, place_rows
 from trace_jax.sampling.state import (SamplerState, batch_bucket, empty_state, grow, mesh_of, row_processes,
@@ -112,11 +112,11 @@ def _turns(pieces: list[list[Generation]], width: int) -> Generation:
                       hidden=np.zeros((n, 0), np.float32))
 
 
-def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list[tuple[int, int]]) -> None:
-    """Runs every branch (its anchor in `sources`) to a terminal state, appending the leaves it creates."""
+def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list[tuple[int, int]]) -> SlotCounters:
+    """Runs every branch (its anchor in `sources`) to a terminal state, appending the leaves it creates; returns
+    the slot table's counters."""
     p = engine.policy
-    config, params, sampling = p.config, p.params, p.sampling
-    limit = sampling.max_new_tokens
+    limit = p.sampling.max_new_tokens
     chunk = min(p.batching.chunk or limit, limit)
     final = engine.prefixes.reserve()  # the slot table's own id: anchors in it point here until archived
     used = sorted({ref.state for ref in sources})
@@ -126,88 +126,47 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
                for r in sources]
     width = len(branches) if not p.batching.slots else min(len(branches), p.batching.slots)
     plan = plan_fork(parents[:width], merged.batch_size, mesh)
-    state = fork_rows(config, params, merged, plan, [r.length for r in sources[:width]])
-    slots = state.batch_size
-    occupant = np.full(slots, -1)  # the branch each slot decodes, -1 when free
-    previous = np.full(slots, -1)  # the finished branch whose row a free slot still holds
-    occupant[plan.rows] = np.arange(width)
-    engine.count_placed(plan.rows, slots, mesh, cross_shard=plan.cross_shard)
-    pending = collections.deque(range(width, len(branches)))
-    position = np.zeros(slots, np.int32)  # tokens of the current turn each slot holds
-    chunks: dict[int, list[Generation]] = collections.defaultdict(list)  # slot -> this turn's pieces so far
-    anchors_in: dict[int, list[tuple[object, int]]] = collections.defaultdict(list)  # slot -> (tree, node)
-    shards = rows_multiple(mesh)
-    archive = _Archive(engine, len(branches))
+    state = fork_rows(p.config, p.params, merged, plan, [r.length for r in sources[:width]])
+    table = SlotTable(state.batch_size, plan.rows, len(branches), limit)
+    engine.count_placed(plan.rows, table.slots, mesh, cross_shard=plan.cross_shard)
+    loop = _Loop(engine, trees, branches, leaves, final, _Archive(engine, len(branches)), table)
     ended: _Ended | None = None  # turns that ended in the last chunk whose tools have not run yet
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tools") as tools:
         while True:
-            free = np.flatnonzero(occupant < 0)[:len(pending)]
-            if len(free):
-                state = archive.keep(state, [int(s) for s in free if anchors_in.get(int(s))], previous, anchors_in)
-                taken = [pending.popleft() for _ in free]
-                state = place_rows(config, params, state, merged, [parents[j] for j in taken], free.tolist(),
-                                   [sources[j].length for j in taken])
-                occupant[free], position[free] = taken, 0
-                crossing = sum((s * shards // slots) != (parents[j] * shards // merged.batch_size)
-                               for s, j in zip(free, taken))
-                engine.count_placed(free, slots, mesh, cross_shard=int(crossing))
-            busy = occupant >= 0
-            if not busy.any():
+            state = loop.fill(state, merged, parents, sources, mesh)
+            if not table.busy.any():
                 break
-            if not pending and 4 * batch_bucket(int(busy.sum()), shards) <= slots:  # the queue is dry: fewer rows
-                state = archive.keep(state, [s for s in range(slots) if occupant[s] < 0 and anchors_in.get(s)],
-                                     previous, anchors_in)
-                live = np.flatnonzero(busy)
-                slots = batch_bucket(len(live), shards)
-                state = gather_rows(state, np.resize(live, slots))  # rows past the live ones: scratch copies
-                occupant, position = _moved(occupant, live, slots, -1), _moved(position, live, slots, 0)
-                previous = np.full(slots, -1)
-                new_slot = {int(old): new for new, old in enumerate(live)}
-                chunks = collections.defaultdict(list, {new_slot[old]: c for old, c in chunks.items()})
-                anchors_in = collections.defaultdict(list, {new_slot[old]: anchors_in.pop(old) for old in live
-                                                            if old in anchors_in})
-                for new, held in anchors_in.items():
-                    for tree, node_id in held:
-                        engine.prefixes.repoint(tree, node_id, final, new)
-                if ended is not None:
-                    ended = dataclasses.replace(ended, slots=[new_slot[s] for s in ended.slots])
-                busy = occupant >= 0
-            decoding = busy.copy()
+            state, ended = loop.shrink(state, ended, mesh)
+            decoding = table.busy.copy()
             if ended is not None:
                 decoding[ended.slots] = False
-            row_ids = np.zeros(slots, np.int64)
-            row_ids[decoding] = engine.row_ids([branches[j] for j in occupant[decoding]], trees)
+            row_ids = np.zeros(table.slots, np.int64)
+            row_ids[decoding] = engine.row_ids([branches[j] for j in table.occupant[decoding]], trees)
             stepped = None
             if ended is not None:  # their tools run in the worker thread while this thread only decodes
                 stepped = tools.submit(engine.step_envs, trees, ended.branches, ended.turn,
                                        [True] * len(ended.slots), leaves, ended.owners)
             gen = None
             if decoding.any():
-                gen, state = decode(config, params, state, sampling, seed=engine.seed, row_ids=row_ids.tolist(),
-                                    active=decoding, positions=position.tolist(), steps=chunk, reserve=limit)
+                gen, state = decode(p.config, p.params, state, p.sampling, seed=engine.seed, row_ids=row_ids.tolist(),
+                                    active=decoding, positions=table.position.tolist(), steps=chunk, reserve=limit)
             if stepped is not None:
-                state = _rejoin(engine, state, ended, stepped.result(), trees, final, occupant, previous,
-                                anchors_in)
-                ended = None
+                state, ended = loop.rejoin(state, ended, stepped.result()), None
             if gen is None:
                 continue
-            engine.count_decode(gen, slots)
-            for s in np.flatnonzero(decoding):
-                chunks[s].append(gen.take([s]))
-            position += gen.lengths.astype(np.int32)
-            finished = [int(s) for s in np.flatnonzero(decoding & (gen.stopped | (position >= limit)))]
+            engine.count_decode(gen, table.slots)
+            finished, pieces = table.advance(gen, decoding)
             if not finished:
                 continue
-            position[finished] = 0
-            ended = _Ended(finished, [branches[occupant[s]] for s in finished],
-                           _turns([chunks.pop(s) for s in finished], limit), row_processes(slots, mesh)[finished])
+            ended = _Ended(finished, [branches[table.occupant[s]] for s in finished], _turns(pieces, limit),
+                           row_processes(table.slots, mesh)[finished])
             if not p.batching.overlap_tools:  # tools now, before the next chunk
-                state = _rejoin(engine, state, ended, engine.step_envs(trees, ended.branches, ended.turn,
-                                                                       [True] * len(finished), leaves, ended.owners),
-                                trees, final, occupant, previous, anchors_in)
+                state = loop.rejoin(state, ended, engine.step_envs(trees, ended.branches, ended.turn,
+                                                                   [True] * len(finished), leaves, ended.owners))
                 ended = None
     if p.batching.keep_prefixes:
-        engine.prefixes.states[final] = state
+        engine.prefixes.put(final, state)
+    return table.counters()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,35 +180,72 @@ class _Ended:
     owners: np.ndarray
 
 
-def _rejoin(engine: RolloutEngine, state: SamplerState, ended: _Ended, stepped, trees, final: int, occupant,
-            previous, anchors_in) -> SamplerState:
-    """After the ended turns' env steps: observations prefilled into their rows (which rejoin decoding), new
-    turn boundaries anchored in the slot table (state `final`), slots of finished episodes freed."""
-    p = engine.policy
-    observations, boundaries, dropped = stepped
-    rows = [ended.slots[i] for i in boundaries]
-    cut = None
-    if any(dropped.get(i) for i in boundaries):  # a turn stopped at a stop string (rare): read the lengths then
-        lengths = host_lengths(state)
-        cut = [int(lengths[ended.slots[i]]) - dropped[i] if dropped.get(i) else None for i in boundaries]
-    state = extend_rows(p.config, p.params, state, rows, [observations[i] for i in boundaries], cut=cut,
-                        reserve=p.sampling.max_new_tokens)
-    hidden, lengths = to_host((state.hidden, state.cache.lengths))
-    for i, node in boundaries.items():
-        slot, branch = ended.slots[i], ended.branches[i]
-        engine.prefixes.anchor(trees[branch.tree], node.id, final, slot, int(lengths[slot]), np.asarray(hidden[slot]),
-                               branch.episode)
-        anchors_in[slot].append((trees[branch.tree], node.id))
-    for i, s in enumerate(ended.slots):
-        if i not in boundaries:
-            previous[s], occupant[s] = occupant[s], -1
-    return state
+@dataclasses.dataclass
+class _Loop:
+    """What `run_continuous` moves between the sampler state, the slot table and the prefix table (writes to the
+    prefix table go through its methods: `anchor`, `repoint`, `put`)."""
 
+    engine: RolloutEngine
+    trees: list
+    branches: list
+    leaves: list
+    final: int  # the slot table's state id in the prefix table
+    archive: _Archive
+    table: SlotTable
 
-def _moved(values: np.ndarray, live: np.ndarray, slots: int, fill) -> np.ndarray:
-    out = np.full(slots, fill, values.dtype)
-    out[: len(live)] = values[live]
-    return out
+    def fill(self, state: SamplerState, merged: SamplerState, parents, sources, mesh) -> SamplerState:
+        """Queued branches into the free slots (a finished branch's row archived first, where anchors live)."""
+        table, p = self.table, self.engine.policy
+        free = table.free()
+        if not len(free):
+            return state
+        state = self.archive.keep(state, table.held_rows(free), table)
+        taken = table.admit(free)
+        state = place_rows(p.config, p.params, state, merged, [parents[j] for j in taken], free.tolist(),
+                           [sources[j].length for j in taken])
+        shards = rows_multiple(mesh)
+        crossing = sum((s * shards // table.slots) != (parents[j] * shards // merged.batch_size)
+                       for s, j in zip(free, taken))
+        self.engine.count_placed(free, table.slots, mesh, cross_shard=int(crossing))
+        return state
+
+    def shrink(self, state: SamplerState, ended: _Ended | None, mesh) -> tuple[SamplerState, _Ended | None]:
+        """Once the queue is dry and the live rows fit a quarter of the table: they are gathered into fewer rows."""
+        table, shards = self.table, rows_multiple(mesh)
+        live = table.live_fit(lambda n: batch_bucket(n, shards))
+        if live is None:
+            return state, ended
+        state = self.archive.keep(state, table.held_rows(range(table.slots)), table)
+        slots = batch_bucket(len(live), shards)
+        state = gather_rows(state, np.resize(live, slots))  # rows past the live ones: scratch copies
+        moved = table.compact(live, slots)
+        for new, held in table.anchors.items():
+            for tree, node_id in held:
+                self.engine.prefixes.repoint(tree, node_id, self.final, new)
+        if ended is not None:
+            ended = dataclasses.replace(ended, slots=[moved[s] for s in ended.slots])
+        return state, ended
+
+    def rejoin(self, state: SamplerState, ended: _Ended, stepped) -> SamplerState:
+        """After the ended turns' env steps: observations prefilled into their rows (which rejoin decoding), new
+        turn boundaries anchored in the slot table (state `final`), slots of finished episodes retired."""
+        p = self.engine.policy
+        observations, boundaries, dropped = stepped
+        rows = [ended.slots[i] for i in boundaries]
+        cut = None
+        if any(dropped.get(i) for i in boundaries):  # a turn stopped at a stop string (rare): read the lengths then
+            lengths = host_lengths(state)
+            cut = [int(lengths[ended.slots[i]]) - dropped[i] if dropped.get(i) else None for i in boundaries]
+        state = extend_rows(p.config, p.params, state, rows, [observations[i] for i in boundaries], cut=cut,
+                            reserve=p.sampling.max_new_tokens)
+        hidden, lengths = to_host((state.hidden, state.cache.lengths))
+        for i, node in boundaries.items():
+            slot, branch = ended.slots[i], ended.branches[i]
+            self.engine.prefixes.anchor(self.trees[branch.tree], node.id, self.final, slot, int(lengths[slot]),
+                                        np.asarray(hidden[slot]), branch.episode)
+            self.table.anchors[slot].append((self.trees[branch.tree], node.id))
+        self.table.retire([s for i, s in enumerate(ended.slots) if i not in boundaries])
+        return state
 
 
 class _Archive:
@@ -261,14 +257,14 @@ class _Archive:
         self.engine, self.branches = engine, branches
         self.sid: int | None = None
 
-    def keep(self, state: SamplerState, slots: list[int], previous, anchors_in) -> SamplerState:
+    def keep(self, state: SamplerState, slots: list[int], table: SlotTable) -> SamplerState:
         """Copies rows `slots` (finished branches with anchors in them) here; returns `state` (maybe grown)."""
         if not slots:
             return state
         engine = self.engine
         if not engine.policy.batching.keep_prefixes:  # the anchors keep pointing at a state never stored
             for slot in slots:
-                anchors_in.pop(slot)
+                table.anchors.pop(slot)
             return state
         if self.sid is None:
             mesh = mesh_of(state)
@@ -279,9 +275,9 @@ class _Archive:
             archive = grow(archive, state.capacity)
         elif state.capacity < archive.capacity:
             state = grow(state, archive.capacity)
-        rows = [int(previous[s]) for s in slots]
-        engine.prefixes.states[self.sid] = copy_rows(archive, state, slots, rows)
+        rows = [int(table.previous[s]) for s in slots]
+        engine.prefixes.put(self.sid, copy_rows(archive, state, slots, rows))
         for slot, row in zip(slots, rows):
-            for tree, node_id in anchors_in.pop(slot):
+            for tree, node_id in table.anchors.pop(slot):
                 engine.prefixes.repoint(tree, node_id, self.sid, row)
         return state

@@ -50,6 +50,12 @@ class PrefixTable:
         self.states[sid] = state
         return sid
 
+    def put(self, sid: int, state: SamplerState) -> None:
+        """Stores (or replaces) the state under a reserved id."""
+        if sid >= self._next_state:
+            raise KeyError(f"state id {sid} was never reserved")
+        self.states[sid] = state
+
     def add_root(self, tree: RolloutTree, sid: int, row: int, length: int, episode: Episode) -> None:
         self._anchors[tree] = {0: AnchorHandle(PrefixRef(sid, row, length), episode)}
 

@@ -15,9 +15,7 @@ import math
 import os
 from typing import Any
 
-import numpy as np
-
-from trace_jax.allocation.calibration import Calibration
+from trace_jax.allocation.base import AllocationRecord
 from trace_jax.rl.learner import LearnerMetrics
 from trace_jax.rollout.tree import Ledger
 
@@ -39,7 +37,7 @@ class TreeStats:
       root_groups_mixed: trees whose bare rollouts (sampled at the root) alone are mixed.
       branch_leaf_share: share of leaves that are branches from turn prefixes (stage 2, holdout anchors).
       anchor_depths: branch leaves per anchor depth (index 0: from the first turn boundary).
-      (The last four are None in records written before they existed.)
+      (The last four are None in the records of runs stored before they were measured: the powered study's.)
     """
 
     trees: int
@@ -49,21 +47,21 @@ class TreeStats:
     nonzero_advantage_token_share: float
     useful_rollout_share: float
     reward: float
-    prompts_mixed: int | None = None
-    root_groups_mixed: int | None = None
-    branch_leaf_share: float | None = None
-    anchor_depths: tuple[int, ...] | None = None
+    prompts_mixed: int | None
+    root_groups_mixed: int | None
+    branch_leaf_share: float | None
+    anchor_depths: tuple[int, ...] | None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Timings:
     """Attributes: rollout_s (allocation and rollouts), step_s (the whole step), tokens_per_s (generated),
-    reshard_s (params into the sampling layout, on a mesh)."""
+    reshard_s (params into the sampling layout, on a mesh; 0 on one device)."""
 
     rollout_s: float
     step_s: float
     tokens_per_s: float
-    reshard_s: float = 0.0
+    reshard_s: float
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,14 +73,8 @@ class StepRecord:
       trees: statistics of the trees trained on.
       timings: wall-clock figures.
       learner: the learner step's metrics (None when no tree gave a training sequence).
-      budget_spent: budget units spent, as the allocator counts them (unit="tokens": rollout-equivalents).
-      groups_sampled: prompts rolled out before filtering (dapo).
-      calibration: the predictor on the outcomes its own allocation caused (trace; biased low).
-      holdout_calibration: the predictor on random anchors held out from the choice (trace, unbiased).
-      root_counts: stage-1 rollouts per chosen prompt (allocators that choose them).
-      predictor_loss: the predictor's training loss this step (trace).
-      kappa: the posterior prefix chooser's prior strength after this step (trace, fitted or configured).
-      rollout_budget: the M the step was planned with (budget.rollouts; with unit="tokens" the meter's M_s).
+      allocation: the allocator's own figures for the step (`AllocationRecord`: budget spent, root counts,
+        the predictor's calibration and loss, the planned M).
       tool_errors: error observations by kind (`envs.protocol.ERROR_KINDS`: malformed actions, tools'
         own errors, tool crashes caught at the environment boundary).
       cross_shard_rows: forked rows the sampler copied from another shard (on a mesh; `sampling/fork.py`).
@@ -97,46 +89,42 @@ class StepRecord:
     ledger: Ledger
     trees: TreeStats
     timings: Timings
-    learner: LearnerMetrics | None = None
-    budget_spent: float | None = None
-    groups_sampled: int | None = None
-    calibration: Calibration | None = None
-    holdout_calibration: Calibration | None = None
-    root_counts: tuple[int, ...] | None = None
-    predictor_loss: float | None = None
-    kappa: float | None = None
-    rollout_budget: int | None = None
-    tool_errors: dict[str, int] = dataclasses.field(default_factory=dict)
-    cross_shard_rows: int = 0
-    rollouts_by_process: tuple[int, ...] | None = None
-    turns_by_process: tuple[int, ...] | None = None
-    slot_utilisation: float | None = None
-
-    @property
-    def root_m_std(self) -> float | None:
-        """Spread of stage 1's rollouts per chosen prompt (0: stage 1 gave every prompt the same m)."""
-        return float(np.std(self.root_counts)) if self.root_counts else None
+    learner: LearnerMetrics | None
+    allocation: AllocationRecord
+    tool_errors: dict[str, int]
+    cross_shard_rows: int
+    rollouts_by_process: tuple[int, ...] | None
+    turns_by_process: tuple[int, ...] | None
+    slot_utilisation: float | None
 
     def to_json(self) -> dict[str, Any]:
         return _finite(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StepRecord:
-        nested = {"ledger": Ledger, "trees": TreeStats, "timings": Timings, "learner": LearnerMetrics,
-                  "calibration": Calibration, "holdout_calibration": Calibration}
-        fields = {k: (None if v is None else nested[k](**_nan(v, nested[k]))) if k in nested else v
-                  for k, v in d.items()}
-        if fields["trees"].anchor_depths is not None:
-            fields["trees"] = dataclasses.replace(fields["trees"], anchor_depths=tuple(fields["trees"].anchor_depths))
-        for key in ("root_counts", "rollouts_by_process", "turns_by_process"):
-            if fields.get(key) is not None:
-                fields[key] = tuple(fields[key])
-        return cls(**fields)
+        """The inverse of `to_json` (JSON's null is a NaN in a float field that cannot be None); a line missing a
+        field raises ValueError naming the fields."""
+        _require_fields(d, cls, f"the step record of step {d.get('step')}")
+        for key, part in (("trees", TreeStats), ("timings", Timings), ("allocation", AllocationRecord),
+                          ("learner", LearnerMetrics)):
+            if d[key] is not None:
+                _require_fields(d[key], part, f"the step record of step {d.get('step')}, {key}")
+        trees = _nan(d["trees"], TreeStats)
+        if trees["anchor_depths"] is not None:
+            trees["anchor_depths"] = tuple(trees["anchor_depths"])
+        return cls(**{**d, "ledger": Ledger(**d["ledger"]), "trees": TreeStats(**trees),
+                      "timings": Timings(**_nan(d["timings"], Timings)),
+                      "learner": None if d["learner"] is None else LearnerMetrics(**_nan(d["learner"], LearnerMetrics)),
+                      "allocation": AllocationRecord.from_json(d["allocation"]),
+                      **{k: None if d[k] is None else tuple(d[k]) for k in ("rollouts_by_process", "turns_by_process")}})
 
     def scalars(self) -> dict[str, float]:
-        """Flat `group/name` scalars for TensorBoard (None and NaN left out)."""
-        out = {} if self.root_m_std is None else {"root_m_std": self.root_m_std}
-        for key, value in dataclasses.asdict(self).items():
+        """Flat `group/name` scalars for TensorBoard (None and NaN left out; the allocation's figures at the top
+        level, `root_counts` as their spread `root_m_std`)."""
+        a = self.allocation
+        out = {} if a.root_m_std is None else {"root_m_std": a.root_m_std}
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "allocation"}
+        for key, value in {**fields, **dataclasses.asdict(a)}.items():
             if key == "root_counts":
                 continue
             items = value.items() if isinstance(value, dict) else [("", value)]
@@ -177,9 +165,16 @@ def _finite(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+def _require_fields(d: dict[str, Any], cls, what: str) -> None:
+    missing = sorted({f.name for f in dataclasses.fields(cls)} - set(d))
+    if missing:
+        raise ValueError(f"{what} has no {missing} (a record of a run stored before 2026-12-07? "
+                         "studies/migrations/identity_v2.py moves stored runs to this layout)")
+
+
 def _nan(fields: dict[str, Any], cls) -> dict[str, Any]:
-    """None (a NaN in JSON) back to NaN, except in fields whose default is None (absent, not NaN)."""
-    optional = {f.name for f in dataclasses.fields(cls) if f.default is None}
+    """None (a NaN in JSON) back to NaN, except in fields typed `... | None` (not measured, not NaN)."""
+    optional = {f.name for f in dataclasses.fields(cls) if "None" in str(f.type)}
     return {k: float("nan") if v is None and k not in optional else v for k, v in fields.items()}
 
 

@@ -94,10 +94,7 @@ def rl_step(setup: Setup, allocator: allocation.Allocator, learn, params, opt_st
                       tokens_per_s=ledger.tokens_generated / max(rollout_s, 1e-9), reshard_s=reshard_s)
     counters = engine.counters
     record = StepRecord(step=step, ledger=ledger, trees=trees, timings=timings, learner=metrics,
-                        budget_spent=outcome.budget_spent, groups_sampled=outcome.groups_sampled,
-                        calibration=outcome.calibration, holdout_calibration=outcome.holdout_calibration,
-                        root_counts=outcome.root_counts, predictor_loss=outcome.predictor_loss, kappa=outcome.kappa,
-                        rollout_budget=outcome.rollout_budget, tool_errors=dict(counters.tool_errors),
+                        allocation=outcome.record, tool_errors=dict(counters.tool_errors),
                         cross_shard_rows=counters.cross_shard_rows,
                         rollouts_by_process=tuple(counters.rollouts_by_process),
                         turns_by_process=tuple(counters.turns_by_process),

@@ -30,7 +30,7 @@ def test_a_trace_step_on_a_mesh_matches_one_device(tmp_path):
     want_params, want = _one_step(tmp_path / "one", (1, 1, 1))
     got_params, got = _one_step(tmp_path / "mesh", (2, 2, 2))
     assert want.learner is not None and want.ledger.rollouts_started == 16
-    assert got.ledger == want.ledger and got.root_counts == want.root_counts
+    assert got.ledger == want.ledger and got.allocation.root_counts == want.allocation.root_counts
     assert dataclasses.replace(got.trees) == want.trees
     np.testing.assert_allclose(got.learner.loss, want.learner.loss, rtol=1e-5, atol=1e-6)
     jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5), got_params, want_params)

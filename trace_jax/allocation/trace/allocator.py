@@ -20,8 +20,8 @@ import numpy as np
 from trace_jax import ranges
 from trace_jax.allocation import solvers
 from trace_jax.allocation.anchors import Anchor, branch_points, expected_remaining_tokens, random_anchors
-from trace_jax.allocation.base import (ALLOCATORS, AllocatorConfig, AllocatorState, PredictorAllocator, PrefixOutcome,
-                                      StepOutcome, spend_leftover)
+from trace_jax.allocation.base import (ALLOCATORS, AllocationRecord, AllocatorConfig, AllocatorState,
+                                       PredictorAllocator, PrefixOutcome, StepOutcome, spend_leftover)
 from trace_jax.allocation.calibration import calibration
 from trace_jax.allocation.predictor import featurize
 from trace_jax.allocation.trace.prefixes import PREFIX_BUDGETS, PREFIX_CHOOSERS, new_success
@@ -129,10 +129,11 @@ class TRACE(PredictorAllocator):
                 chosen += pairs
         leftover = max(int(np.floor(left() + 1e-9)), 0)  # whole rollouts (cost 1 in either unit) to the roots
         spend_leftover(engine, trees, leftover)
-        return StepOutcome(trees=trees, calibration=_calibration(chosen), holdout_calibration=_calibration(held_out),
-                           prefix_outcomes=tuple(anchored), budget_spent=spent + leftover,
-                           root_counts=tuple(int(k) for k in m[m > 0]), predictor_loss=self.predictor.update(trees),
-                           kappa=self.kappa if self.chooser is not None and self.chooser.uses_kappa else None)
+        record = AllocationRecord(
+            calibration=_calibration(chosen), holdout_calibration=_calibration(held_out), budget_spent=spent + leftover,
+            root_counts=tuple(int(k) for k in m[m > 0]), predictor_loss=self.predictor.update(trees),
+            kappa=self.kappa if self.chooser is not None and self.chooser.uses_kappa else None)
+        return StepOutcome(trees=trees, record=record, prefix_outcomes=tuple(anchored))
 
     def _holdout(self, engine, trees) -> list[PrefixOutcome]:
         """One continuation from each of `holdout` uniformly random turn boundaries."""
