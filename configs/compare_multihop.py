@@ -34,7 +34,7 @@ def get_config(arg: str | None = None, base=quickstart.base) -> ml_collections.C
     # 0.59 (4 epochs) to 0.62 (16) and 0.64 (30), mean of 3 predictor seeds (a one-off probe, not in the repo).
     c.predictor.epochs = 16
     # The tree-packed learner: the same losses and gradients as one sequence per leaf path (to 1e-5), 1.1x-2.1x
-    # faster on every arm measured, memory never larger (experiments/bench_learner.py --section layouts;
+    # faster on every arm measured, memory never larger (studies/benchmarks/bench_learner.py --section layouts;
     # docs/results.md, "The tree-packed learner"). The stored runs that trained per path are still read back:
     # the layout is not part of a run's identity (`schema.EXECUTION_SETTINGS`).
     c.learner.layout = "packed"

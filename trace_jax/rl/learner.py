@@ -39,7 +39,7 @@ class LearnerConfig:
         Tunix. True assigns sequences one by one (even mini-batches when a step trains a few large trees).
       remat: what the backward pass keeps of each layer (`ModelConfig.remat`): "dots" (default) or "layer"
         (least memory; each layer's forward runs twice: on a CPU the same step time, measured by
-        experiments/bench_learner.py, more where matmuls dominate; long sequences on small devices).
+        studies/benchmarks/bench_learner.py, more where matmuls dominate; long sequences on small devices).
       layout: "paths" (default): one row per leaf path, its whole context included, so a tree's shared
         turns are computed once per leaf below them; "packed" (`rl/batches/packed.py`): each tree's nodes once,
         depth-first, several trees per row, attention restricted to each token's own path: the same loss

@@ -10,7 +10,7 @@ as the official executor writes it, and is counted. The checker follows
 `bfcl_eval/eval_checker/multi_turn_eval/multi_turn_checker.py`: after every turn whose ground truth is
 not empty, the model must have called something, every involved instance's public state must equal the
 ground-truth path's, and the ground-truth path's execution results must all be among the model's results
-so far (as a multiset). `experiments/bfcl_multi_turn_agreement.py` measures the verdicts against the
+so far (as a multiset). `studies/environments/bfcl_multi_turn_agreement.py` measures the verdicts against the
 official checker's on the release.
 
 `bfcl_eval` is installed with `pip install --no-deps bfcl-eval` (its declared dependencies would replace

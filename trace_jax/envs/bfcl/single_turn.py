@@ -1,7 +1,7 @@
 """The Berkeley Function Calling Leaderboard, single-turn: its files (the current `BFCL_v4_*` names and the
 earlier `BFCL_v3_*`), checked up front, and its AST check under the official rules (standardised strings,
 nested dict ground truth, documented and required arguments), measured against the official checker by
-`experiments/bfcl_agreement.py`.
+`studies/environments/bfcl_agreement.py`.
 """
 
 from __future__ import annotations

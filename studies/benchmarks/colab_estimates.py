@@ -3,8 +3,8 @@ this project could not run: TPU v5e-1 and a T4 GPU (plus any device given by pea
 measurement: it counts the notebook's work from the model's shapes and settings, and divides by each
 device's published peak FLOP/s and memory bandwidth at stated efficiencies.
 
-  python experiments/colab_estimates.py
-  python experiments/colab_estimates.py --preset=qwen3-1.7b --rl_steps=40
+  python studies/benchmarks/colab_estimates.py
+  python studies/benchmarks/colab_estimates.py --preset=qwen3-1.7b --rl_steps=40
 
 The work (per arm; the token cap makes both arms generate about as many tokens):
   - rollouts: each RL step decodes turns in lockstep over all live rows, so a turn costs as many decode
@@ -30,7 +30,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags  # noqa: E402
 

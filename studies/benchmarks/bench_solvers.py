@@ -1,6 +1,6 @@
 """Allocation solvers: greedy vs exact DP (worst-case ratio) and the greedy's speed at scale.
 
-  python experiments/bench_solvers.py          # ~1 min on a 2-core CPU
+  python studies/benchmarks/bench_solvers.py          # ~1 min on a 2-core CPU
 
 Prints the worst greedy/DP objective ratio over random instances of realistic size, the DP and
 greedy times there, and the greedy's time at C=4096 candidates with M=16384 rollouts; the last

@@ -2,7 +2,7 @@
 truth, written as a model would write it, must pass, and perturbed versions must fail, in both.
 
   pip download --no-deps bfcl-eval -d /tmp/bfcl && cd /tmp/bfcl && unzip -q bfcl_eval-*.whl -d pkg
-  python experiments/bfcl_agreement.py --package /tmp/bfcl/pkg
+  python studies/environments/bfcl_agreement.py --package /tmp/bfcl/pkg
 
 Per task: the canonical output (each ground-truth call with the first allowed value of every argument
 that has one; optional arguments left out) and four perturbations (a required argument dropped, one
@@ -22,7 +22,7 @@ import sys
 import types
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags  # noqa: E402
 

@@ -1,9 +1,9 @@
 """Benchmark: continuous batching (tools between chunks, and tools overlapping decode) vs the
 turn-synchronous schedule (whole-turn decode calls, `rl.decode_chunk=0`) on a workload of mixed turn lengths.
 
-  python experiments/bench_continuous.py                 # ~8 min on a 2-core CPU
-  python experiments/bench_continuous.py --tool_ms 20    # each tool call a 20 ms round trip
-  python experiments/bench_continuous.py --quick         # 1 round, fewer episodes: a smoke run
+  python studies/benchmarks/bench_continuous.py                 # ~8 min on a 2-core CPU
+  python studies/benchmarks/bench_continuous.py --tool_ms 20    # each tool call a 20 ms round trip
+  python studies/benchmarks/bench_continuous.py --quick         # 1 round, fewer episodes: a smoke run
 
 The workload: `--episodes` episodes of 1..6 turns (seeded), each turn decoded until a stop token (a random
 `small` model's chance of drawing one of the stop ids is ~1/`--mean_turn` per token) or

@@ -11,19 +11,17 @@ from tests import experiment_scripts
 
 pytestmark = pytest.mark.slow  # benchmark scripts in subprocesses: `python -m pytest -m slow`
 
-REPO = os.path.join(os.path.dirname(__file__), "..")
-
-
+REPO = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 @pytest.mark.parametrize("script,flags,message", [
-    ("experiments/bench_continuous.py", ["--chunk", "0"], "--chunk must be >= 1, got 0"),
-    ("experiments/bench_continuous.py", ["--chunk", "300"], "--chunk=300 exceeds --max_new_tokens=256"),
-    ("experiments/bench_sampler.py", ["--repeats", "0"], "--repeats must be >= 1, got 0"),
-    ("experiments/bench_sampler.py", ["--preset", "huge"], "--preset 'huge' is not one of"),
-    ("experiments/bench_sampler.py", ["--sections", "az"], "--sections 'az': letters among a, b, c, d, e"),
-    ("experiments/bench_scheduler.py", ["--steps", "2", "--warm", "2"], "need steps >= 1 and 0 <= warm < steps"),
-    ("experiments/bench_scheduler.py", ["--arms", "trace,beam"], "--arms: ['beam'] not among"),
+    ("studies/benchmarks/bench_continuous.py", ["--chunk", "0"], "--chunk must be >= 1, got 0"),
+    ("studies/benchmarks/bench_continuous.py", ["--chunk", "300"], "--chunk=300 exceeds --max_new_tokens=256"),
+    ("studies/benchmarks/bench_sampler.py", ["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    ("studies/benchmarks/bench_sampler.py", ["--preset", "huge"], "--preset 'huge' is not one of"),
+    ("studies/benchmarks/bench_sampler.py", ["--sections", "az"], "--sections 'az': letters among a, b, c, d, e"),
+    ("studies/benchmarks/bench_scheduler.py", ["--steps", "2", "--warm", "2"], "need steps >= 1 and 0 <= warm < steps"),
+    ("studies/benchmarks/bench_scheduler.py", ["--arms", "trace,beam"], "--arms: ['beam'] not among"),
     ("studies/run_cost/bench_run_cost.py", ["--repeats", "0"], "--repeats must be >= 1"),
     ("studies/run_cost/bench_run_cost.py", ["--subset", "0"], "--subset must be >= 1"),
 ])
@@ -37,7 +35,7 @@ def test_a_tunix_peer_that_cannot_run_is_reported_with_its_reason(tmp_path):
     from trace_jax.models import init_params
     from trace_jax.models.presets import get_preset
 
-    bench = experiment_scripts.load("bench_sampler")
+    bench = experiment_scripts.load("studies/benchmarks/bench_sampler")
     config = get_preset("tiny")
     params = init_params(config, 0)
     peer, reason = bench.start_tunix("", config, params, str(tmp_path))

@@ -3,7 +3,7 @@
 Runs in Tunix's own virtualenv (its dependencies are not ours), e.g.
 
   python -m venv --system-site-packages /tmp/tunix_venv && /tmp/tunix_venv/bin/pip install google-tunix==0.1.7
-  python experiments/bench_sampler.py --tunix_python /tmp/tunix_venv/bin/python
+  python studies/benchmarks/bench_sampler.py --tunix_python /tmp/tunix_venv/bin/python
 
 It loads the HF directory `bench_sampler.py` saved (the same weights, via safetensors) into Tunix's Qwen3,
 prints one JSON line {"ready": true, "tunix": version} and then answers one request per stdin line,

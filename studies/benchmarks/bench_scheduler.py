@@ -1,9 +1,9 @@
 """Benchmark: the continuous scheduler's chunk size on real allocator steps, with the time split into compiling
 and the rest (`docs/sampler.md`: which chunk pays when).
 
-  python experiments/bench_scheduler.py                        # math, TRACE and GRPO, 6 steps (~15 min, 2 cores)
-  python experiments/bench_scheduler.py --arms trace --steps 3 # a smoke run
-  python experiments/bench_scheduler.py --learn                # the learner in the loop (a real RL run's steps)
+  python studies/benchmarks/bench_scheduler.py                        # math, TRACE and GRPO, 6 steps (~15 min, 2 cores)
+  python studies/benchmarks/bench_scheduler.py --arms trace --steps 3 # a smoke run
+  python studies/benchmarks/bench_scheduler.py --learn                # the learner in the loop (a real RL run's steps)
 
 Each arm's steps start from the powered math grid's stored SFT checkpoint (`studies/powered/results/math`)
 with the params frozen, so every mode sees the same policy; step i draws the same candidate pool and seed in

@@ -1,6 +1,6 @@
 """The sampler on a GPU at Qwen3-0.6B shapes in bfloat16 (random weights): tokens/s and the fraction of HBM
 bandwidth decoding reaches, and the fused attention path (cuDNN through `jax.nn.dot_product_attention`) against
-the einsum path on a prefill. Run by `experiments/gpu_check.sh` (which installs the CUDA jax wheel first);
+the einsum path on a prefill. Run by `studies/benchmarks/gpu_check.sh` (which installs the CUDA jax wheel first);
 under 8 minutes on one GPU. Prints one JSON line; exits 1 with {"error": ...} where there is no GPU.
 """
 

@@ -2,8 +2,8 @@
 (`bench_continuous.py`) and the sampler against Tunix and the hardware limit (`bench_sampler.py` sections d
 and e), each in its own process, one after the other, on the same machine.
 
-  python experiments/bench_rollout.py --tunix_python /tmp/tunix_venv/bin/python    # ~8 min on 2 cores
-  python experiments/bench_rollout.py --quick                                     # smoke run, no peer
+  python studies/benchmarks/bench_rollout.py --tunix_python /tmp/tunix_venv/bin/python    # ~8 min on 2 cores
+  python studies/benchmarks/bench_rollout.py --quick                                     # smoke run, no peer
 
 Both benchmarks print their own tables; this one ends with their two JSON lines merged under "continuous"
 and "sampler", and the five headline figures on top: `slot_utilisation`, `continuous_vs_turn_sync`,
@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run(script: str, args: list[str]) -> tuple[dict | None, str]:
-    """Runs experiments/`script` (its output streamed), returns its last line's JSON or None and why."""
+    """Runs studies/benchmarks/`script` (its output streamed), returns its last line's JSON or None and why."""
     command = [sys.executable, os.path.join(HERE, script), *args]
     print(f"$ {' '.join(command)}", flush=True)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -5,8 +5,8 @@ the last turn with calls (its last call dropped, that call's first argument chan
 its name; that call repeated), which mostly fail. Agreement = same validity and same error type.
 
   pip install --no-deps bfcl-eval==2026.3.23
-  python experiments/bfcl_multi_turn_agreement.py            # the installed package's data
-  python experiments/bfcl_multi_turn_agreement.py --data /path/to/bfcl_eval/data --limit 20
+  python studies/environments/bfcl_multi_turn_agreement.py            # the installed package's data
+  python studies/environments/bfcl_multi_turn_agreement.py --data /path/to/bfcl_eval/data --limit 20
 
 The last line is one JSON object {"subsets": {subset: {"tasks", "ground_truth_valid", "altered_failed",
 "agreement", ...}}, "agreement": overall, "judgements": n}.
@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from absl import app, flags  # noqa: E402
 

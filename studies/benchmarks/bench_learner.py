@@ -1,9 +1,9 @@
 """The learner step's time and memory under each remat policy, with the LM head in one block or in blocks;
 and (`--section layouts`) the per-path against the packed tree layout on the trees of real steps.
 
-  python experiments/bench_learner.py                    # about 1 min on a 2-core CPU
-  python experiments/bench_learner.py --preset small --context 2048 --vocab 0
-  python experiments/bench_learner.py --section layouts  # packed vs paths, real trees (about 15 min)
+  python studies/benchmarks/bench_learner.py                    # about 1 min on a 2-core CPU
+  python studies/benchmarks/bench_learner.py --preset small --context 2048 --vocab 0
+  python studies/benchmarks/bench_learner.py --section layouts  # packed vs paths, real trees (about 15 min)
 
 The layouts section restores the SFT checkpoints the powered grids keep (`studies/powered/results/math`,
 `studies/powered/results/funcall`), samples one step of each arm there (GRPO, the paper's TRACE, TRACE global; equal
@@ -115,7 +115,7 @@ def arm_start(task: str, arm: str, workdir: str):
     (`studies/powered/results/<task>/shared`, restored into `workdir`): `pools(i)` is step i's candidate pool."""
     import sys
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.path.insert(0, repo)  # configs/, studies/
     from trace_jax.compare import grid, results_store
     from trace_jax.config.files import from_config_dict, load_config_file

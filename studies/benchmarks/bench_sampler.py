@@ -1,14 +1,14 @@
 """Benchmark of the rollout engine, every ratio measured side by side in one run on one machine.
 
-  python experiments/bench_sampler.py              # ~25 min on a 2-core CPU (--sections to pick)
-  python experiments/bench_sampler.py --quick      # 1 pair, for a smoke run
+  python studies/benchmarks/bench_sampler.py              # ~25 min on a 2-core CPU (--sections to pick)
+  python studies/benchmarks/bench_sampler.py --quick      # 1 pair, for a smoke run
 
 a. tree expansion (prefill the prefix once, fork by gather) vs re-prefilling every branch;
 b. multi-turn rollouts: cache kept (`extend`) vs re-prefilling the history every turn;
 c. our `generate` vs `transformers` `generate` (PyTorch) on the same weights;
 d. our greedy `generate` and k=8 tree expansion vs Tunix's sampler (`google-tunix`, which has no fork: it
    re-prefills the prefix per branch) on the same weights, Tunix served from its own virtualenv by
-   `experiments/peers/tunix_sampler.py` (`--tunix_python`; without it, or when it fails, the peer is marked
+   `studies/benchmarks/peers/tunix_sampler.py` (`--tunix_python`; without it, or when it fails, the peer is marked
    unavailable with the reason and everything else still runs);
 e. distance to the machine's limits: memory read bandwidth (a sum over 1 GiB) and f32 matmul peak, decode's
    achieved bytes/s (params + KV cache read per step) and FLOP/s as fractions of them at batch 1, 8 and 64

@@ -1,9 +1,9 @@
 """Oracle success by task source, difficulty and mistake rate: how hard the synthetic envs are, and whether a
 dataset source's oracle solves its tasks.
 
-  python experiments/oracle_stats.py --split validation      # the synthetic sources, ~20 s on a 2-core CPU
-  python experiments/oracle_stats.py --source bfcl_multi_turn --split test --rates 0.0
-  python experiments/oracle_stats.py --source deepscaler --train_path deepscaler.json --split train --rates 0.0
+  python studies/environments/oracle_stats.py --split validation      # the synthetic sources, ~20 s on a 2-core CPU
+  python studies/environments/oracle_stats.py --source bfcl_multi_turn --split test --rates 0.0
+  python studies/environments/oracle_stats.py --source deepscaler --train_path deepscaler.json --split train --rates 0.0
 
 Prints a table and, last, one JSON line {source: {mistake_rate: {difficulty: success}}}.
 """

@@ -1,4 +1,4 @@
-"""experiments/colab_estimates.py: its learner term is the stated arithmetic, and the runtimes rank as their
+"""studies/benchmarks/colab_estimates.py: its learner term is the stated arithmetic, and the runtimes rank as their
 peaks do."""
 
 import json
@@ -9,11 +9,11 @@ import sys
 from trace_jax.models.presets import get_preset
 from trace_jax.models.transformer import num_params
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_estimates_follow_the_stated_arithmetic():
-    out = subprocess.run([sys.executable, "experiments/colab_estimates.py", "--nothis_cpu"], cwd=REPO,
+    out = subprocess.run([sys.executable, "studies/benchmarks/colab_estimates.py", "--nothis_cpu"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     t4, v5e = result["runtimes"]["t4"], result["runtimes"]["tpu-v5e-1"]

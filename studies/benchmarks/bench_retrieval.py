@@ -2,8 +2,8 @@
 default), then search throughput in-process (`SearchIndex`) and through the retrieval-server backend
 (`RetrievalClient` against a local Search-R1-compatible server wrapping the same index), side by side.
 
-  python experiments/bench_retrieval.py                      # 1M passages
-  python experiments/bench_retrieval.py --passages=100000 --repeats=5
+  python studies/benchmarks/bench_retrieval.py                      # 1M passages
+  python studies/benchmarks/bench_retrieval.py --passages=100000 --repeats=5
 
 Queries/s: medians of alternating repeats (min/max shown); the server path sends each decode turn's
 queries (`--batch`) in one request, as the rollout engine does. The last line is one JSON object.
@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
