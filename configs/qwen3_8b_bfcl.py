@@ -1,5 +1,5 @@
-"""Qwen3-8B with TRACE on BFCL's single-turn categories (the multi-turn domain is issue 18), for users with
-accelerators and weights.
+"""Qwen3-8B with TRACE on BFCL's single-turn categories (the multi-turn domain: configs/qwen3_8b_bfcl_multiturn.py),
+for users with accelerators and weights.
 
   pip download --no-deps bfcl-eval -d /data/bfcl && unzip -q /data/bfcl/bfcl_eval-*.whl -d /data/bfcl/pkg
   python experiments/train.py --config configs/qwen3_8b_bfcl.py:checkpoint=/data/Qwen3-8B,\
