@@ -132,6 +132,7 @@ from trace_jax.parallel.rules import (BATCH_AXES, replicated_sampling_fits, row_
 from trace_jax.rl import learner  # noqa: E402
 from trace_jax.sampling import SamplingParams  # noqa: E402
 from trace_jax.sampling import decoding  # noqa: E402
+from trace_jax.sampling import prefill as prefill_programs  # noqa: E402
 from trace_jax.sampling.fork import _exchange  # noqa: E402
 from trace_jax.sampling.state import batch_bucket, empty_state, length_bucket, state_specs  # noqa: E402
 
@@ -256,18 +257,18 @@ def sampler_programs(run, model_config, mesh, context: int, prompt_tokens: int, 
     decode = decoding._decode.lower(model_config, sampling, sampling.max_new_tokens, mesh, params, state,
                                   jax.ShapeDtypeStruct((), jnp.uint32, sharding=replicated),
                                   per_row(dtype=jnp.uint32), per_row(dtype=bool), per_row(dtype=jnp.int32)).compile()
-    chunk = decoding.MAX_CHUNK
-    prefill = decoding._append.lower(model_config, mesh, params, state, per_row(chunk, dtype=jnp.int32),
-                                   per_row(chunk, dtype=bool)).compile()
+    chunk = prefill_programs.MAX_CHUNK
+    prefill = prefill_programs._append.lower(model_config, mesh, params, state, per_row(chunk, dtype=jnp.int32),
+                                             per_row(chunk, dtype=bool)).compile()
     # tree_expand's fork: a quarter of every shard's rows from other shards
     shards = row_shards(mesh)
     width = batch_bucket(max(1, rows // shards // 4)) if shards > 1 else 0
     send = jax.ShapeDtypeStruct((shards * max(width, 1),), jnp.int32, sharding=NamedSharding(mesh, P(BATCH_AXES)))
     fork = _exchange.lower(state, per_row(dtype=jnp.int32), send, mesh, width).compile()
     prompts = batch_bucket(prompt_rows(run), row_shards(mesh))
-    roots = decoding._append.lower(model_config, mesh, params, _state(model_config, mesh, prompts, length_bucket(
-        prompt_tokens + run.rl.max_new_tokens)), per_row(chunk, dtype=jnp.int32, rows=prompts),
-                                 per_row(chunk, dtype=bool, rows=prompts)).compile()
+    roots = prefill_programs._append.lower(
+        model_config, mesh, params, _state(model_config, mesh, prompts, length_bucket(prompt_tokens + run.rl.max_new_tokens)),
+        per_row(chunk, dtype=jnp.int32, rows=prompts), per_row(chunk, dtype=bool, rows=prompts)).compile()
     least = 2 * num_params(model_config)
     # the KV cache's sharding as the compiled decode program takes it, beside the one the layout declares
     compiled_state = decode.input_shardings[0][1]

@@ -15,7 +15,11 @@ e. distance to the machine's limits: memory read bandwidth (a sum over 1 GiB) an
    (the larger fraction says which bound applies), prefill's FLOP/s as a fraction of peak. A model whose
    params fit the last-level cache (`small`: 13.6 MB) is read from cache, not memory, so its bandwidth
    fraction can exceed 1: use `--preset` with a larger model for a memory-bound reading.
-`--sections` picks some of a-e (e.g. `--sections e`); the JSON line then holds those.
+f. mixed lengths (15 prompts of 128 tokens and one of 3000, 64 new greedy tokens): the ragged prefill (`start` in
+   length groups, merged) against the same prompts right-padded in one batch and against the sum of its parts
+   (the long prompt alone, then the 15 short ones), and greedy decoding of that batch against 16 short prompts'
+   (each decode on a copy of the prefilled state, the copy included: decode consumes its state).
+`--sections` picks some of a-f (e.g. `--sections e`); the JSON line then holds those.
 Every ratio is measured in pairs: the two variants alternate (A, B, A, B, ...) `--repeats` times (>= 5 for
 a figure worth quoting) after one warm-up each, and the ratio is the median of the per-pair ratios with
 their min and max, so a slow spell of a shared machine lands in one pair instead of one side.
@@ -41,7 +45,8 @@ import numpy as np
 from trace_jax.models import hf_io, init_params, num_params
 from trace_jax.models.config import RopeConfig
 from trace_jax.models.presets import PRESETS, get_preset
-from trace_jax.sampling import SamplingParams, decode, extend, generate, start, tree_expand
+from trace_jax.sampling import SamplingParams, decode, extend, gather_rows, generate, start, tree_expand
+from trace_jax.sampling.prefill import MAX_CHUNK, _start_padded, length_groups
 
 
 def _timed(fn) -> float:
@@ -139,6 +144,48 @@ def bench_multiturn(config, params, repeats, batch=8, turns=4, prompt_len=128, o
     print(f"  {turns} turns x {obs_len}-token observations, batch {batch}: cache kept {p.fast_s:.2f}s, "
           f"re-prefill {p.slow_s:.2f}s, ratio {p.text()}", flush=True)
     return p
+
+
+def bench_mixed_lengths(config, params, repeats, short=15, short_len=128, long_len=3000, new_tokens=64) -> dict:
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=new_tokens)
+    mixed = prompts(short, short_len, config.vocab_size, seed=3) + prompts(1, long_len, config.vocab_size, seed=4)
+    all_short = prompts(short + 1, short_len, config.vocab_size, seed=5)
+    groups = length_groups([len(p) for p in mixed], new_tokens)
+
+    def ragged():
+        return start(config, params, mixed, reserve=new_tokens).logits
+
+    def padded():
+        return _start_padded(config, params, mixed, new_tokens, MAX_CHUNK, None).logits
+
+    def parts():
+        return (start(config, params, mixed[-1:], reserve=new_tokens).logits,
+                start(config, params, mixed[:-1], reserve=new_tokens).logits)
+
+    vs_padded = paired(ragged, padded, repeats)
+    vs_parts = paired(parts, ragged, repeats)
+
+    def decoding(state):
+        rows = np.arange(state.batch_size)
+
+        def run():
+            gen, _ = decode(config, params, gather_rows(state, rows), greedy, seed=0, row_ids=rows.tolist(),
+                            active=rows < short + 1)
+            return gen.tokens
+        return run
+
+    mixed_state = start(config, params, mixed, reserve=new_tokens)
+    short_state = start(config, params, all_short, reserve=new_tokens)
+    decode_ratio = paired(decoding(short_state), decoding(mixed_state), repeats)
+    print(f"  prefill groups {[len(g) for g in groups]}: ragged {vs_padded.fast_s:.2f}s, padded {vs_padded.slow_s:.2f}s "
+          f"({vs_padded.text()}); parts {vs_parts.fast_s:.2f}s (ragged / parts {vs_parts.text()})", flush=True)
+    print(f"  decode {new_tokens} tokens: mixed batch {decode_ratio.slow_s:.2f}s (capacity {mixed_state.capacity}), "
+          f"all short {decode_ratio.fast_s:.2f}s (capacity {short_state.capacity}): {decode_ratio.text()}", flush=True)
+    return {"padded_over_ragged_prefill": vs_padded.json(), "ragged_prefill_over_parts": vs_parts.json(),
+            "mixed_over_short_decode": decode_ratio.json(),
+            "seconds": {"ragged": round(vs_padded.fast_s, 3), "padded": round(vs_padded.slow_s, 3),
+                        "parts": round(vs_parts.fast_s, 3), "decode_mixed": round(decode_ratio.slow_s, 3),
+                        "decode_short": round(decode_ratio.fast_s, 3)}}
 
 
 def bench_vs_transformers(name, config, params, repeats, batch=64, prompt_len=32, new_tokens=64):
@@ -308,7 +355,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5, help="alternating pairs per ratio (>= 1; quote >= 5)")
     parser.add_argument("--quick", action="store_true", help="1 pair, k in {2, 8}, shorter prefix")
     parser.add_argument("--preset", default="small")
-    parser.add_argument("--sections", default="abcde", help="which of the sections a-e to run")
+    parser.add_argument("--sections", default="abcdef", help="which of the sections a-f to run")
     parser.add_argument("--tunix_python", default=os.environ.get("TRACE_JAX_TUNIX_PYTHON", ""),
                         help="python of a virtualenv with google-tunix (peers/tunix_sampler.py)")
     args = parser.parse_args()
@@ -316,8 +363,8 @@ def main():
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.preset not in PRESETS:
         parser.error(f"--preset {args.preset!r} is not one of {sorted(PRESETS)}")
-    if not args.sections or set(args.sections) - set("abcde"):
-        parser.error(f"--sections {args.sections!r}: letters among a, b, c, d, e")
+    if not args.sections or set(args.sections) - set("abcdef"):
+        parser.error(f"--sections {args.sections!r}: letters among a, b, c, d, e, f")
     repeats = 1 if args.quick else args.repeats
     config = get_preset(args.preset)
     params = init_params(config, 0)
@@ -349,6 +396,10 @@ def main():
         limits = bench_limits(config, params, repeats)
         summary["decode_bandwidth_fraction"] = limits["by_batch"]["64"]["decode_bandwidth_fraction"]
         summary["limits"] = limits
+    if "f" in args.sections:
+        print("f. mixed lengths: 15 x 128 + 1 x 3000 prompt tokens, 64 new greedy tokens")
+        summary["mixed_lengths"] = (bench_mixed_lengths(config, params, repeats, long_len=600) if args.quick
+                                    else bench_mixed_lengths(config, params, repeats))
     print(json.dumps(summary))
 
 

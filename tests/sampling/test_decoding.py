@@ -8,7 +8,7 @@ import pytest
 from trace_jax.models import forward, init_cache, init_params
 from trace_jax.models.presets import get_preset
 from trace_jax.sampling import SamplingParams, decode, extend, generate, start, tree_expand
-from trace_jax.sampling import decoding
+from trace_jax.sampling import decoding, prefill
 
 CONFIG = get_preset("tiny")
 PARAMS = init_params(CONFIG, 0)
@@ -175,7 +175,7 @@ def test_no_recompilation_inside_the_buckets():
     sampling = SamplingParams(max_new_tokens=6)
     generate(CONFIG, PARAMS, _prompts([9, 3, 12]), sampling, seed=0)
     tree_expand(CONFIG, PARAMS, _prompts([5, 7]), [0, 1, 1], sampling, seed=0, row_ids=[0, 1, 2])
-    programs = (decoding._append, decoding._rewind, decoding._decode)
+    programs = (prefill._append, decoding._rewind, decoding._decode)
     before = [p._cache_size() for p in programs]  # compiled variants per jitted program
     for step, lengths in enumerate([[16, 2, 8], [1, 1, 1, 1], [10, 15, 3, 4]]):
         generate(CONFIG, PARAMS, _prompts(lengths, seed=step), sampling, seed=step)

@@ -19,7 +19,7 @@ REPO = os.path.join(os.path.dirname(__file__), "..", "..")
     ("studies/benchmarks/bench_continuous.py", ["--chunk", "300"], "--chunk=300 exceeds --max_new_tokens=256"),
     ("studies/benchmarks/bench_sampler.py", ["--repeats", "0"], "--repeats must be >= 1, got 0"),
     ("studies/benchmarks/bench_sampler.py", ["--preset", "huge"], "--preset 'huge' is not one of"),
-    ("studies/benchmarks/bench_sampler.py", ["--sections", "az"], "--sections 'az': letters among a, b, c, d, e"),
+    ("studies/benchmarks/bench_sampler.py", ["--sections", "az"], "--sections 'az': letters among a, b, c, d, e, f"),
     ("studies/benchmarks/bench_scheduler.py", ["--steps", "2", "--warm", "2"], "need steps >= 1 and 0 <= warm < steps"),
     ("studies/benchmarks/bench_scheduler.py", ["--arms", "trace,beam"], "--arms: ['beam'] not among"),
     ("studies/run_cost/bench_run_cost.py", ["--repeats", "0"], "--repeats must be >= 1"),

@@ -39,7 +39,8 @@ from trace_jax.parallel.host import to_host
 from trace_jax.rollout.prefixes import PrefixTable
 from trace_jax.rollout.scheduler import SlotCounters, SlotTable
 from trace_jax.sampling import decode
-from trace_jax.sampling.decoding import Generation, host_lengths, fork_rows
+from trace_jax.sampling.decoding import Generation, fork_rows
+from trace_jax.sampling.prefill import host_lengths
 from trace_jax.sampling.fork import concat_states, gather_rows, merged_row, plan_fork
 from trace_jax.sampling.rows import copy_rows, extend_rows, place_rows
 from trace_jax.sampling.state import (SamplerState, batch_bucket, empty_state, grow, mesh_of, row_processes,

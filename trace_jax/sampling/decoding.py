@@ -1,7 +1,7 @@
-"""The sampler's programs: chunked prefill (`extend`), the jitted decode loop, `generate` and `tree_expand`.
+"""The sampler's decoding: the jitted decode loop, `decode`, `generate`, `truncate`, `fork_rows` and `tree_expand`.
 
-The jitted programs that do all device work: `_append` (a prefill chunk into existing rows),
-`_decode` (a `lax.while_loop` that samples and feeds tokens until every row stops, or for at most
+The jitted programs that do all device work: `prefill._append` (a prefill chunk into existing rows; `prefill.py`
+owns prefill), `_decode` (a `lax.while_loop` that samples and feeds tokens until every row stops, or for at most
 `steps` tokens: continuous batching decodes in chunks), `_rewind` (rows cut back to a prefix), the row
 gather of `fork.gather_rows` (`rows.py` holds the programs that compute or copy only some rows of a
 live state, for continuous batching). On a mesh (params in the sampling layout) every state is row-sharded as `state.py`
@@ -22,15 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from trace_jax.models.config import ModelConfig
-from trace_jax.models.transformer import Params, forward, unembed
+from trace_jax.models.transformer import Params, forward
 from trace_jax.parallel.host import to_host
 from trace_jax.sampling.fork import ForkPlan, gather_rows, plan_fork
+from trace_jax.sampling.prefill import ensure_capacity, features, host_lengths, refeed_last, start
 from trace_jax.sampling.select import SamplingParams, select
-from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, constrain, empty_state, grow,
-                                      length_bucket, mesh_of, put_replicated, put_rows, rows_multiple)
-
-MAX_CHUNK = 512
-
+from trace_jax.sampling.state import SamplerState, constrain, mesh_of, put_replicated, put_rows
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
@@ -63,45 +60,6 @@ class Generation:
 
 
 # --- jitted programs --------------------------------------------------------------------------
-
-def append_body(config: ModelConfig, params: Params, state: SamplerState, tokens, mask) -> SamplerState:
-    """Writes tokens [B, C] (right-padded, mask [B, C]) after each row's last token."""
-    B, C = tokens.shape
-    lengths = state.cache.lengths
-    slots = lengths[:, None] + jnp.arange(C)[None, :]
-    fed = forward(config, params, tokens, slots, state.cache, mask, return_logits=False)
-    hidden = fed.hidden
-    count = mask.sum(axis=1)
-    last = (jnp.arange(B), jnp.maximum(count - 1, 0))
-    last_hidden = hidden[last]
-    logits = unembed(config, params, last_hidden).astype(jnp.float32)
-    changed = (count > 0)[:, None]
-    return SamplerState(
-        cache=fed.cache,
-        tokens=state.tokens.at[jnp.arange(B)[:, None], slots].set(tokens, mode="drop"),
-        logits=jnp.where(changed, logits, state.logits),
-        hidden=jnp.where(changed, features(last_hidden, fed.middle[last]), state.hidden),
-        pooled=state.pooled + jnp.einsum("bc,bcd->bd", mask.astype(jnp.float32), hidden.astype(jnp.float32)),
-    )
-
-
-def features(hidden, middle):
-    """A state's `hidden` field: [..., 2D] the final-normed hidden state, then the middle layers' (`state.py`)."""
-    return jnp.concatenate([hidden, middle.astype(hidden.dtype)], axis=-1)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
-def _append(config, mesh, params, state, tokens, mask):
-    return constrain(append_body(config, params, state, tokens, mask), mesh)
-
-
-def refeed_last(config: ModelConfig, params: Params, state: SamplerState, lengths, changed) -> SamplerState:
-    """Rows `changed` are cut back to `lengths` tokens, their logits/hidden recomputed from the kept last
-    token; the other rows are untouched."""
-    last = jnp.take_along_axis(state.tokens, jnp.maximum(lengths - 1, 0)[:, None], axis=1)
-    cut = state.replace(cache=state.cache.replace(lengths=jnp.where(changed, lengths - 1, state.cache.lengths)))
-    return append_body(config, params, cut, last, changed[:, None]).replace(pooled=state.pooled)
-
 
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
 def _rewind(config, mesh, params, state, lengths):
@@ -162,57 +120,6 @@ def _decode(config: ModelConfig, sampling: SamplingParams, steps: int, mesh, par
 
 
 # --- host API ---------------------------------------------------------------------------------
-
-def host_lengths(state: SamplerState) -> np.ndarray:
-    return np.array(to_host(state.cache.lengths))  # a writable host copy
-
-
-def ensure_capacity(state: SamplerState, needed: int, *, ahead: int = 0) -> SamplerState:
-    """Grows every row's cache to a bucketed capacity >= needed (no-op when it fits); when it grows, to room
-    for `ahead` tokens too (what the caller will need soon: one growth, and one set of programs compiled for
-    it, instead of one per call). Buckets are `length_bucket`'s, the sizes experiments/dry_run.py plans for."""
-    if needed <= state.capacity:
-        return state
-    return grow(state, length_bucket(max(needed, ahead)))
-
-
-def start(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]], *, reserve: int = 0,
-          max_chunk: int = MAX_CHUNK) -> SamplerState:
-    """Prefills each prompt into its own row of a fresh state with room for `reserve` more tokens."""
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token")
-    capacity = length_bucket(max(len(p) for p in prompts) + reserve)
-    mesh = mesh_of(params)
-    state = empty_state(config, batch_bucket(len(prompts), rows_multiple(mesh)), capacity, mesh)
-    return extend(config, params, state, prompts, max_chunk=max_chunk)
-
-
-def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens: Sequence[Sequence[int]], *,
-           max_chunk: int = MAX_CHUNK) -> SamplerState:
-    """Appends new_tokens[i] to row i with a chunked prefill; no row's history is re-prefilled.
-
-    Rows past len(new_tokens), and rows given an empty list, are unchanged. Consumes `state`
-    (its buffers are donated); fork first (`gather_rows`) to keep a copy.
-    """
-    if len(new_tokens) > state.batch_size:
-        raise ValueError(f"{len(new_tokens)} token lists for a state of {state.batch_size} rows")
-    longest = max((len(t) for t in new_tokens), default=0)
-    if longest == 0:
-        return state
-    lengths = host_lengths(state)
-    state = ensure_capacity(state, int(max(lengths[i] + len(t) for i, t in enumerate(new_tokens))))
-    width = chunk_bucket(longest, max_chunk)
-    mesh = mesh_of(state)
-    for begin in range(0, longest, width):
-        chunk = np.zeros((state.batch_size, width), np.int32)
-        mask = np.zeros((state.batch_size, width), bool)
-        for i, toks in enumerate(new_tokens):
-            piece = toks[begin:begin + width]
-            chunk[i, : len(piece)] = piece
-            mask[i, : len(piece)] = True
-        state = _append(config, mesh, params, state, put_rows(chunk, mesh), put_rows(mask, mesh))
-    return state
-
 
 def truncate(config: ModelConfig, params: Params, state: SamplerState, lengths: Sequence[int]) -> SamplerState:
     """Cuts rows 0..len(lengths)-1 back to `lengths[i]` tokens (1 <= lengths[i] <= the row's length) and

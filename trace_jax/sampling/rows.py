@@ -21,7 +21,7 @@ import numpy as np
 
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
-from trace_jax.sampling.decoding import MAX_CHUNK, append_body, host_lengths, refeed_last, ensure_capacity
+from trace_jax.sampling.prefill import MAX_CHUNK, append_body, ensure_capacity, host_lengths, refeed_last
 from trace_jax.sampling.state import SamplerState, chunk_bucket, constrain, grow, mesh_of, put_replicated
 
 
