@@ -56,7 +56,7 @@ def _timed(fn) -> float:
 
 
 def median_time(fn, repeats: int) -> float:
-    fn()  # warm-up: compiles every program the timed runs use
+    jax.block_until_ready(fn())  # warm-up: compiles every program the timed runs use
     return statistics.median(_timed(fn) for _ in range(repeats))
 
 
@@ -78,8 +78,10 @@ class Paired:
 
 
 def paired(fast, slow, repeats: int) -> Paired:
-    """Times `fast` and `slow` alternately `repeats` times each (after one warm-up of each)."""
-    fast(), slow()
+    """Times `fast` and `slow` alternately `repeats` times each (after one warm-up of each, waited for: unwaited,
+    the warm-up's device work ran on into the first timed call, which until 2026-12-07 set one pair's ratio off)."""
+    jax.block_until_ready(fast())
+    jax.block_until_ready(slow())
     pairs = [(_timed(fast), _timed(slow)) for _ in range(repeats)]
     ratios = [s / f for f, s in pairs]
     return Paired(fast_s=statistics.median(f for f, _ in pairs), slow_s=statistics.median(s for _, s in pairs),
