@@ -179,8 +179,9 @@ def bench_mixed_lengths(config, params, repeats, short=15, short_len=128, long_l
     mixed_state = start(config, params, mixed, reserve=new_tokens)
     short_state = start(config, params, all_short, reserve=new_tokens)
     decode_ratio = paired(decoding(short_state), decoding(mixed_state), repeats)
-    print(f"  prefill groups {[len(g) for g in groups]}: ragged {vs_padded.fast_s:.2f}s, padded {vs_padded.slow_s:.2f}s "
-          f"({vs_padded.text()}); parts {vs_parts.fast_s:.2f}s (ragged / parts {vs_parts.text()})", flush=True)
+    print(f"  prefill groups {[len(g) for g in groups]}: ragged {vs_padded.fast_s:.2f}s, padded "
+          f"{vs_padded.slow_s:.2f}s ({vs_padded.text()}); parts {vs_parts.fast_s:.2f}s (ragged / parts "
+          f"{vs_parts.text()})", flush=True)
     print(f"  decode {new_tokens} tokens: mixed batch {decode_ratio.slow_s:.2f}s (capacity {mixed_state.capacity}), "
           f"all short {decode_ratio.fast_s:.2f}s (capacity {short_state.capacity}): {decode_ratio.text()}", flush=True)
     return {"padded_over_ragged_prefill": vs_padded.json(), "ragged_prefill_over_parts": vs_parts.json(),

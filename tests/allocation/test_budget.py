@@ -96,7 +96,8 @@ def test_trace_spends_to_the_step_target_when_the_meter_misjudges_the_cost_per_r
     outcome = alloc.step(engine, tiny_setup.source.tasks("train")[:alloc.pool_size])
     assert outcome.record.rollout_budget == 15  # M planned at 600 / 40
     assert TOKENS.cost(engine.ledger) <= 1.1 * TOKENS.tokens
-    assert outcome.record.budget_spent < outcome.record.rollout_budget  # rollout-equivalents measured at this step's cost
+    # rollout-equivalents measured at this step's cost
+    assert outcome.record.budget_spent < outcome.record.rollout_budget
 
 
 @pytest.mark.parametrize("prefix_cost", ["tokens", "rollouts"])

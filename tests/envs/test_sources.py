@@ -1,5 +1,6 @@
 """The task-source registry (envs/sources.py): each source's config class is the task section, a field of
-another source is refused by name, configs switch sources with `use_source`, and the task settings list the source's own fields."""
+another source is refused by name, configs switch sources with `use_source`, and the task settings list the
+source's own fields."""
 
 import dataclasses
 

@@ -16,13 +16,18 @@ from trace_jax.testing import step_record
 
 def _full(step=3):
     record = step_record(step, started=12, discarded=4, trees=2, tokens=77, spent=11.5)
-    allocation = dataclasses.replace(record.allocation, calibration=Calibration(brier=0.2, ece=0.1, auc=float("nan"), n=5),
-                                     predictor_loss=0.6, groups_sampled=4, root_counts=(3, 5))
+    calibration = Calibration(brier=0.2, ece=0.1, auc=float("nan"), n=5)
+    allocation = dataclasses.replace(record.allocation, calibration=calibration, predictor_loss=0.6, groups_sampled=4,
+                                     root_counts=(3, 5))
     return dataclasses.replace(
         record, allocation=allocation,
         learner=LearnerMetrics(loss=0.1, clip_fraction=0.0, approx_kl=1e-3, entropy=2.0, grad_norm=0.5,
                                trained_tokens=70.0, updates=4, clip_fraction_last=0.1, approx_kl_last=2e-3,
                                grad_norm_last=0.4))
+
+
+def _without_nan(r):
+    return dataclasses.replace(r, allocation=dataclasses.replace(r.allocation, calibration=None))
 
 
 def test_a_step_record_round_trips_through_its_json_line():
@@ -31,8 +36,7 @@ def test_a_step_record_round_trips_through_its_json_line():
     assert "NaN" not in line
     back = StepRecord.from_json(json.loads(line))
     assert math.isnan(back.allocation.calibration.auc) and back.allocation.root_counts == (3, 5)
-    without_nan = lambda r: dataclasses.replace(r, allocation=dataclasses.replace(r.allocation, calibration=None))  # noqa: E731
-    assert without_nan(back) == without_nan(record)
+    assert _without_nan(back) == _without_nan(record)
     assert back.ledger.rollouts_discarded == 4 and back.trees.leaves == 8
     assert StepRecord.from_json(json.loads(json.dumps(step_record(1).to_json()))) == step_record(1)
     diagnosed = dataclasses.replace(record, trees=dataclasses.replace(

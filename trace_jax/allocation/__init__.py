@@ -8,5 +8,5 @@ from trace_jax.allocation.base import (ALLOCATORS, AllocationRecord, Allocator, 
                                       default_advantage, make, uses_predictor)
 from trace_jax.allocation.budget import BudgetConfig
 
-__all__ = ["ALLOCATORS", "AllocationRecord", "Allocator", "AllocatorConfig", "BudgetConfig", "StepOutcome", "default_advantage", "make",
-           "uses_predictor"]
+__all__ = ["ALLOCATORS", "AllocationRecord", "Allocator", "AllocatorConfig", "BudgetConfig", "StepOutcome",
+           "default_advantage", "make", "uses_predictor"]

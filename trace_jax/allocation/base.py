@@ -184,7 +184,8 @@ class Allocator(abc.ABC):
             self.budget = self.meter.step_budget()
         outcome = self.allocate(engine, pool)
         if self.meter is not None:
-            spent = engine.ledger.rollouts_started if outcome.record.budget_spent is None else outcome.record.budget_spent
+            spent = outcome.record.budget_spent
+            spent = engine.ledger.rollouts_started if spent is None else spent
             self.meter.record(self.budget.cost(engine.ledger), spent)
         return dataclasses.replace(outcome, record=dataclasses.replace(outcome.record,
                                                                        rollout_budget=self.budget.rollouts))

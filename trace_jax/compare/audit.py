@@ -50,13 +50,13 @@ def audit(name: str, run: RunConfig, steps: list[StepRecord]) -> Ledger:
         if dapo:  # may stop early, but only once it kept B mixed groups
             if started > planned or (started < planned and trees.trees < budget.prompts):
                 fail(f"dapo started {started} rollouts and kept {trees.trees} groups")
-        elif record.allocation.budget_spent is not None and (budget.unit == "tokens" or record.allocation.budget_spent != started):
+        elif (spent := record.allocation.budget_spent) is not None and (budget.unit == "tokens" or spent != started):
             # priced in rollout-equivalents. unit="tokens": spent to the step's measured-cost target, so its M is
             # not audited, its cost is (below), also when its spend happens to equal the rollouts it started (a
             # step whose bare rollouts used the whole target and left stage 2 nothing: seen on a collapsing
             # policy, whose runs this branch used to fail as "18 rollouts started (planned M=34)")
-            if budget.unit == "rollouts" and not planned - 1 < record.allocation.budget_spent <= planned + 1e-6:
-                fail(f"spent {record.allocation.budget_spent} rollout-equivalents")
+            if budget.unit == "rollouts" and not planned - 1 < spent <= planned + 1e-6:
+                fail(f"spent {spent} rollout-equivalents")
         elif started != planned:
             fail(f"{started} rollouts started")
     if budget.unit == "tokens":

@@ -79,8 +79,9 @@ class RLSection:
         expansion).
       overlap_tools: True: the tools of the rows whose turn ended run in a worker
         thread while the device decodes the next chunk of the others (those rows rejoin a chunk later: worth
-        it when tools take time, e.g. a retrieval server); False: between chunks. Measured (studies/benchmarks/bench_continuous.py): 1.24x tokens/s with 20 ms tool calls,
-        0.91x-0.97x with instant ones (two runs).
+        it when tools take time, e.g. a retrieval server); False: between chunks. Measured
+        (studies/benchmarks/bench_continuous.py): 1.24x tokens/s with 20 ms tool calls, 0.91x-0.97x with instant
+        ones (two runs).
       keep_prefixes: True: finished rollouts' cache rows stay on the device so later forks reuse them;
         False: they are dropped and a fork prefills its anchor's prefix again (counted in the ledger's
         tokens_reprefilled), in waves of decode_slots anchors: the live cache is bounded by the slot

@@ -116,7 +116,8 @@ class StepRecord:
                       "timings": Timings(**_nan(d["timings"], Timings)),
                       "learner": None if d["learner"] is None else LearnerMetrics(**_nan(d["learner"], LearnerMetrics)),
                       "allocation": AllocationRecord.from_json(d["allocation"]),
-                      **{k: None if d[k] is None else tuple(d[k]) for k in ("rollouts_by_process", "turns_by_process")}})
+                      **{k: None if d[k] is None else tuple(d[k])
+                         for k in ("rollouts_by_process", "turns_by_process")}})
 
     def scalars(self) -> dict[str, float]:
         """Flat `group/name` scalars for TensorBoard (None and NaN left out; the allocation's figures at the top

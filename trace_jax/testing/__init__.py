@@ -55,8 +55,8 @@ def step_record(step: int, *, started: int = 32, finished: int | None = None, di
                       effective_ratio=effective_ratio, expanded_mixed_share=0.0, nonzero_advantage_token_share=0.5,
                       useful_rollout_share=effective_ratio, reward=0.5, prompts_mixed=None, root_groups_mixed=None,
                       branch_leaf_share=None, anchor_depths=None)
-    allocation = AllocationRecord(budget_spent=spent, rollout_budget=planned,
-                                  calibration=None if brier is None else Calibration(brier=brier, ece=0.1, auc=0.6, n=8))
+    calibration = None if brier is None else Calibration(brier=brier, ece=0.1, auc=0.6, n=8)
+    allocation = AllocationRecord(budget_spent=spent, rollout_budget=planned, calibration=calibration)
     return StepRecord(step=step, ledger=ledger, trees=stats, learner=None, allocation=allocation,
                       timings=Timings(rollout_s=1.0, step_s=1.0, tokens_per_s=tokens, reshard_s=0.0), tool_errors={},
                       cross_shard_rows=0, rollouts_by_process=None, turns_by_process=None, slot_utilisation=None)
