@@ -102,14 +102,8 @@ def _gradients(model_config: ModelConfig, loss_config: LossConfig, params: Param
     """The loss gradient over the whole batch ([num_micro, micro, L] arrays), accumulated over its
     micro-batches, and the summed loss metrics."""
     loss_impl = get_loss(loss_config)
-    mask = batch["mask"]
-    packed = batches.is_packed(batch)
-    if loss_config.aggregation == "token_mean":
-        normalizer = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
-    elif packed:  # each sequence's entries' weights sum to 1
-        normalizer = jnp.maximum(jnp.round(jnp.sum(batch["sequence_weights"] * mask)), 1).astype(jnp.float32)
-    else:
-        normalizer = jnp.maximum(jnp.any(mask, axis=-1).sum(), 1).astype(jnp.float32)
+    trained = batch["mask"].sum() if loss_config.aggregation == "token_mean" else batches.sequences(batch)
+    normalizer = jnp.maximum(trained, 1).astype(jnp.float32)
 
     def loss_fn(p, micro):
         new, entropy = batches.logprobs(model_config, p, micro, loss_config.temperature)
