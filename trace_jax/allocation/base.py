@@ -81,15 +81,6 @@ class AllocationRecord:
         """Spread of stage 1's rollouts per chosen prompt (0: stage 1 gave every prompt the same m)."""
         return float(np.std(self.root_counts)) if self.root_counts else None
 
-    @classmethod
-    def from_json(cls, d: dict) -> AllocationRecord:
-        """The inverse of `dataclasses.asdict` (JSON's NaN is None: a calibration's NaN comes back as NaN)."""
-        calibrations = {k: None if d[k] is None else Calibration(**{f: float("nan") if v is None else v
-                                                                   for f, v in d[k].items()})
-                        for k in ("calibration", "holdout_calibration")}
-        return cls(**{**d, **calibrations,
-                      "root_counts": None if d["root_counts"] is None else tuple(d["root_counts"])})
-
 
 @dataclasses.dataclass(frozen=True)
 class StepOutcome:

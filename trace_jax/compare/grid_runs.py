@@ -62,10 +62,11 @@ def run_grid(runs: list[tuple[grid.Variant, int, schema.RunConfig]], workdir: st
         directory = run_dir(workdir, variant.name, seed, run)
         experiment.banner(f"run {i + 1}/{len(runs)}: {variant.name}, seed {seed}")
         link_shared(shared, directory)
-        results_store.write_identity(directory, schema.identity(run))
+        identity = schema.identity(run)
+        results_store.write_identity(directory, identity)
         summary_path = os.path.join(directory, "summary.json")
         relative = os.path.relpath(directory, workdir)
-        if compare.results and results_store.restore_run(compare.results, relative, directory, schema.identity(run)):
+        if compare.results and results_store.restore_run(compare.results, relative, directory, identity):
             experiment.log(f"finished earlier, kept in {compare.results}")
         failure = results_store.stored_failure(compare.results, relative) if compare.results else None
         if failure is not None and not os.path.exists(summary_path):

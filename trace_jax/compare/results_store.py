@@ -26,7 +26,7 @@ import shutil
 import jax
 import numpy as np
 
-from trace_jax.config.schema import ConfigError
+from trace_jax.config.schema import ConfigError, require_same_settings
 
 IDENTITY = "identity.json"  # {"schema": version, "settings": {...}}: what defines the run (`schema.identity`)
 RUN_FILES = (IDENTITY, "summary.json", "steps.jsonl", "metrics.jsonl")
@@ -137,11 +137,7 @@ def require_identity(run_dir: str, identity: dict) -> None:
     if stored.get("schema") != identity["schema"]:
         raise ConfigError(f"{path} is identity schema {stored.get('schema')!r}; this code reads "
                           f"{identity['schema']} (studies/migrations/ moves stored runs between schemas)")
-    old, new = stored.get("settings", {}), identity["settings"]
-    differ = [f"{k}: {old.get(k)!r} there, {new.get(k)!r} asked" for k in sorted(set(old) | set(new))
-              if old.get(k) != new.get(k)]
-    if differ:
-        raise ConfigError(f"{run_dir} is another run than the one asked for ({'; '.join(differ)})")
+    require_same_settings(f"the run in {run_dir}", stored.get("settings", {}), identity["settings"])
 
 
 def restore_run(results: str, relative: str, run_dir: str, identity: dict) -> bool:

@@ -37,7 +37,7 @@ import numpy as np
 
 from trace_jax.parallel.host import to_host
 from trace_jax.rollout.prefixes import PrefixTable
-from trace_jax.rollout.scheduler import SlotCounters, SlotTable
+from trace_jax.rollout.scheduler import SlotTable
 from trace_jax.sampling import decode
 from trace_jax.sampling.decoding import Generation, fork_rows
 from trace_jax.sampling.prefill import host_lengths
@@ -113,9 +113,8 @@ def _turns(pieces: list[list[Generation]], width: int) -> Generation:
                       hidden=np.zeros((n, 0), np.float32))
 
 
-def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list[tuple[int, int]]) -> SlotCounters:
-    """Runs every branch (its anchor in `sources`) to a terminal state, appending the leaves it creates; returns
-    the slot table's counters."""
+def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list[tuple[int, int]]) -> None:
+    """Runs every branch (its anchor in `sources`) to a terminal state, appending the leaves it creates."""
     p = engine.policy
     limit = p.sampling.max_new_tokens
     chunk = min(p.batching.chunk or limit, limit)
@@ -130,14 +129,15 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
     state = fork_rows(p.config, p.params, merged, plan, [r.length for r in sources[:width]])
     table = SlotTable(state.batch_size, plan.rows, len(branches), limit)
     engine.count_placed(plan.rows, table.slots, mesh, cross_shard=plan.cross_shard)
-    loop = _Loop(engine, trees, branches, leaves, final, _Archive(engine, len(branches)), table)
+    loop = _Loop(engine, trees, branches, leaves, sources, merged, parents, mesh, final,
+                 _Archive(engine, len(branches)), table)
     ended: _Ended | None = None  # turns that ended in the last chunk whose tools have not run yet
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tools") as tools:
         while True:
-            state = loop.fill(state, merged, parents, sources, mesh)
+            state = loop.fill(state)
             if not table.busy.any():
                 break
-            state, ended = loop.shrink(state, ended, mesh)
+            state, ended = loop.shrink(state, ended)
             decoding = table.busy.copy()
             if ended is not None:
                 decoding[ended.slots] = False
@@ -167,7 +167,6 @@ def run_continuous(engine: RolloutEngine, trees, branches, sources, leaves: list
                 ended = None
     if p.batching.keep_prefixes:
         engine.prefixes.put(final, state)
-    return table.counters()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,29 +189,33 @@ class _Loop:
     trees: list
     branches: list
     leaves: list
+    sources: list  # each branch's anchor (`PrefixRef`)
+    merged: SamplerState  # the anchors' states in one, branches are forked from
+    parents: list[int]  # each branch's anchor row in `merged`
+    mesh: object
     final: int  # the slot table's state id in the prefix table
     archive: _Archive
     table: SlotTable
 
-    def fill(self, state: SamplerState, merged: SamplerState, parents, sources, mesh) -> SamplerState:
+    def fill(self, state: SamplerState) -> SamplerState:
         """Queued branches into the free slots (a finished branch's row archived first, where anchors live)."""
-        table, p = self.table, self.engine.policy
+        table, p, merged, parents = self.table, self.engine.policy, self.merged, self.parents
         free = table.free()
         if not len(free):
             return state
         state = self.archive.keep(state, table.held_rows(free), table)
         taken = table.admit(free)
         state = place_rows(p.config, p.params, state, merged, [parents[j] for j in taken], free.tolist(),
-                           [sources[j].length for j in taken])
-        shards = rows_multiple(mesh)
+                           [self.sources[j].length for j in taken])
+        shards = rows_multiple(self.mesh)
         crossing = sum((s * shards // table.slots) != (parents[j] * shards // merged.batch_size)
                        for s, j in zip(free, taken))
-        self.engine.count_placed(free, table.slots, mesh, cross_shard=int(crossing))
+        self.engine.count_placed(free, table.slots, self.mesh, cross_shard=int(crossing))
         return state
 
-    def shrink(self, state: SamplerState, ended: _Ended | None, mesh) -> tuple[SamplerState, _Ended | None]:
+    def shrink(self, state: SamplerState, ended: _Ended | None) -> tuple[SamplerState, _Ended | None]:
         """Once the queue is dry and the live rows fit a quarter of the table: they are gathered into fewer rows."""
-        table, shards = self.table, rows_multiple(mesh)
+        table, shards = self.table, rows_multiple(self.mesh)
         live = table.live_fit(lambda n: batch_bucket(n, shards))
         if live is None:
             return state, ended

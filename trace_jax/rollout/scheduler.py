@@ -3,7 +3,8 @@ has got, the pieces of that turn decoded so far, the turn boundaries anchored in
 for a slot. Host bookkeeping only: it never touches the sampler state or the prefix table (the loop in
 `continuous.py` moves rows; the engine writes anchors). The loop drives it through two methods, `admit` (fill
 free slots from the queue) and `advance` (take a decoded chunk, hand back the turns that ended), plus `retire`
-and `compact` where a turn's tools finished or the tail shrinks; `counters` says what it did.
+and `compact` where a turn's tools finished or the tail shrinks; `counters` says what it did (read by its tests;
+the engine counts slot utilisation itself).
 """
 
 from __future__ import annotations

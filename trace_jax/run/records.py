@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from trace_jax.allocation.base import AllocationRecord
+from trace_jax.allocation.calibration import Calibration
 from trace_jax.rl.learner import LearnerMetrics
 from trace_jax.rollout.tree import Ledger
 
@@ -115,7 +116,7 @@ class StepRecord:
         return cls(**{**d, "ledger": Ledger(**d["ledger"]), "trees": TreeStats(**trees),
                       "timings": Timings(**_nan(d["timings"], Timings)),
                       "learner": None if d["learner"] is None else LearnerMetrics(**_nan(d["learner"], LearnerMetrics)),
-                      "allocation": AllocationRecord.from_json(d["allocation"]),
+                      "allocation": _allocation(d["allocation"]),
                       **{k: None if d[k] is None else tuple(d[k])
                          for k in ("rollouts_by_process", "turns_by_process")}})
 
@@ -164,6 +165,13 @@ def _finite(value):
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _allocation(d: dict[str, Any]) -> AllocationRecord:
+    calibrations = {k: None if d[k] is None else Calibration(**_nan(d[k], Calibration))
+                    for k in ("calibration", "holdout_calibration")}
+    return AllocationRecord(**{**d, **calibrations,
+                               "root_counts": None if d["root_counts"] is None else tuple(d["root_counts"])})
 
 
 def _require_fields(d: dict[str, Any], cls, what: str) -> None:
