@@ -14,21 +14,22 @@ from tests.rollout.sync_reference import TurnSynchronousEngine
 STOPS = tuple(range(40, 100))  # ~12% of the tiny vocabulary ends a turn: turns of mixed lengths
 
 
-def _policy(tiny_setup, batching: Batching, temperature: float, params=None):
+def _policy(tiny_setup, batching: Batching, temperature: float, params=None, pages=None):
     policy = tiny_setup.policy
     sampling = dataclasses.replace(policy.sampling, temperature=temperature, max_new_tokens=24, stop_ids=STOPS)
     return dataclasses.replace(policy, sampling=sampling, batching=batching,
-                               params=policy.params if params is None else params)
+                               params=policy.params if params is None else params, pages=pages)
 
 
 def _paths(tree, node_id):
     return tuple(tuple(n.tokens) for n in tree.path(node_id)[1:])
 
 
-def grow(tiny_setup, batching: Batching, temperature: float = 1.0, params=None, engine_class=RolloutEngine):
+def grow(tiny_setup, batching: Batching, temperature: float = 1.0, params=None, engine_class=RolloutEngine,
+         pages=None):
     """Stage 1 (3 prompts, 2-3 rollouts each), then stage 2 from every turn boundary (2 each), anchors in a
     canonical order (node ids depend on the order in which rows finished)."""
-    engine = engine_class(_policy(tiny_setup, batching, temperature, params), tiny_setup.env, seed=11)
+    engine = engine_class(_policy(tiny_setup, batching, temperature, params, pages), tiny_setup.env, seed=11)
     trees = engine.roots(tiny_setup.source.tasks("train")[:3])
     engine.expand(trees, [(0, 0, 3), (1, 0, 2), (2, 0, 3)])
     boundaries = sorted(((i, _paths(t, n.id), n.id) for i, t in enumerate(trees) for n in t.nodes[1:]
@@ -163,3 +164,36 @@ def test_bad_batching_is_refused():
         Batching(chunk=-1)
     with pytest.raises(ValueError, match="must be >= 0"):
         Batching(slots=-4)
+
+
+@pytest.mark.parametrize("batching", [Batching(), Batching(chunk=3, slots=4), Batching(chunk=3, slots=4, keep_prefixes=False)],
+                         ids=["whole-turns", "chunks-of-3-in-4-slots", "dropped-prefixes"])
+def test_on_kv_pages_the_scheduler_samples_the_dense_synchronous_trajectories(tiny_setup, synchronous, batching):
+    """The same schedules with every row's KV in a page pool (`sampling/paged.py`): forks share prefix pages,
+    archiving and gathering rows copy none. Same tokens as the dense reference, log-probs within 1e-5, and
+    every page free again once the engine (its prefix table) is gone."""
+    import gc
+
+    from trace_jax.sampling.paged import PagePool
+    engine_sync, want_trees, _ = synchronous
+    pool = PagePool(tiny_setup.policy.config, page_size=8, num_pages=16)  # small: it grows on demand
+    engine, trees, _ = grow(tiny_setup, batching, pages=pool)
+    assert leaf_paths(trees) == leaf_paths(want_trees)
+    for tree_got, tree_want in zip(_leaves(trees), _leaves(want_trees)):
+        for (_, lp_got, _, _), (_, lp_want, _, _) in zip(tree_got, tree_want):
+            for a, b in zip(lp_got, lp_want):
+                np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    prefill = dict(tokens_prefilled=0, tokens_reprefilled=0) if not batching.keep_prefixes else {}
+    assert dataclasses.replace(engine.ledger, **prefill) == dataclasses.replace(engine_sync.ledger, **prefill)
+    for tree in trees:
+        for node in tree.nodes:
+            if tree.is_anchor(node.id) and not engine.prefixes.dropped(tree, node.id):
+                ref = engine.prefix_of(tree, node.id)
+                row = np.asarray(engine.prefixes.states[ref.state].tokens[ref.row, :ref.length])
+                assert row.tolist() == tree.context(node.id)
+    states = list(engine.prefixes.states.values())
+    pool.book.check_private([p for s in states for p in s.pages], [x for s in states for x in s.lengths()])
+    assert (pool.book.held > 0) == batching.keep_prefixes and pool.book.num_pages > 16
+    del engine, states
+    gc.collect()
+    assert pool.book.held == 0 and (pool.book.refs == 0).all()

@@ -20,6 +20,7 @@ from trace_jax.models.attention import (MASKED, ATTENTION_BLOCK, PACKED_ATTENTIO
                                         fused_attention_implementation)
 from trace_jax.models.cache import KVCache
 from trace_jax.models.config import ModelConfig
+from trace_jax.models.paged_cache import PagedKVCache, live_page_attention, view, write
 from trace_jax.models.rope import apply_rope, sin_cos
 
 Params = dict[str, Any]
@@ -61,9 +62,10 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.jnp_param_dtype)
             self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, c.jnp_param_dtype)
 
-    def __call__(self, x, sin, cos, mask, kv=None, write_slots=None):
+    def __call__(self, x, sin, cos, mask, kv=None, write_slots=None, paging=None):
         """x [B,S,D]; mask [B,S,T] bool (or a `CausalMask` when kv is None); write_slots [B,S]; kv None or
-        (k_cache [B,K,H,T], v_cache [B,K,T,H]).
+        (k_cache [B,K,H,T], v_cache [B,K,T,H]), or with `paging` = (page_tables, lengths after the chunk, live
+        pairs) the pool's pages (k [P,K,H,page], v [P,K,page,H]: `paged_cache.py`).
 
         Keys are cached slot-minor, values head-minor: both attention products then reduce over an
         outer axis and vectorize over the contiguous one, with no transpose of the cache.
@@ -76,14 +78,21 @@ class Attention(nnx.Module):
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, sin, cos), apply_rope(k, sin, cos)
-        if kv is not None:
+        G = c.num_heads // c.num_kv_heads
+        if paging is not None:
+            tables, lengths, pairs = paging
+            kv = write(kv[0], kv[1], tables, write_slots, k, v)
+            if S == 1 and pairs:  # decoding (a refeed of one token has no pairs listed: it reads the view)
+                out = live_page_attention(q.reshape(B, c.num_kv_heads, G, c.head_dim), *kv, tables, lengths, pairs)
+                return self.o_proj(out.astype(q.dtype).reshape(B, 1, c.num_heads * c.head_dim)), kv
+            keys, values = (x.astype(q.dtype) for x in view(*kv, tables))
+        elif kv is not None:
             rows = jnp.arange(B)[:, None]
             k_cache = kv[0].at[rows, :, :, write_slots].set(k.astype(kv[0].dtype), mode="drop")
             v_cache = kv[1].at[rows, :, write_slots].set(v.astype(kv[1].dtype), mode="drop")
             keys, values, kv = k_cache.astype(q.dtype), v_cache.astype(q.dtype), (k_cache, v_cache)
         else:
             keys, values = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
-        G = c.num_heads // c.num_kv_heads
         q = q.reshape(B, S, c.num_kv_heads, G, c.head_dim)
         fused = fused_attention_implementation(q.dtype) if S > 1 else None
         if isinstance(mask, CausalMask):
@@ -136,8 +145,8 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, c.jnp_param_dtype)
         self.mlp = MLP(c, rngs=rngs)
 
-    def __call__(self, x, sin, cos, mask, kv=None, write_slots=None):
-        attn_out, kv = self.self_attn(self.input_layernorm(x), sin, cos, mask, kv, write_slots)
+    def __call__(self, x, sin, cos, mask, kv=None, write_slots=None, paging=None):
+        attn_out, kv = self.self_attn(self.input_layernorm(x), sin, cos, mask, kv, write_slots, paging)
         x = x + attn_out
         return x + self.mlp(self.post_attention_layernorm(x)), kv
 
@@ -165,8 +174,8 @@ class Transformer(nnx.Module):
         """hidden [..., D] -> logits [..., V] through the (tied or separate) LM head."""
         return self.embed_tokens.attend(hidden) if self.config.tie_word_embeddings else self.lm_head(hidden)
 
-    def __call__(self, tokens, positions, cache: KVCache | None = None, attention_mask=None, return_logits=True,
-                 segments=None):
+    def __call__(self, tokens, positions, cache: KVCache | PagedKVCache | None = None, attention_mask=None,
+                 return_logits=True, segments=None):
         c = self.config
         B, S = tokens.shape
         valid = jnp.ones((B, S), bool) if attention_mask is None else attention_mask.astype(bool)
@@ -189,6 +198,8 @@ class Transformer(nnx.Module):
         else:
             write_slots = cache.lengths[:, None] + jnp.arange(S)[None, :]  # [B, S]
             mask = _cached_mask(cache.lengths, valid, cache.max_len)
+            new_lengths = cache.lengths + valid.sum(axis=1, dtype=jnp.int32)
+            paging = (cache.page_tables, new_lengths, cache.live_pages) if isinstance(cache, PagedKVCache) else None
 
             # A Python loop over layers: each layer's cache buffer is updated in place and read
             # directly (slicing a stacked cache inside a scan costs a copy per layer per step on
@@ -196,12 +207,12 @@ class Transformer(nnx.Module):
             ks, vs = [], []
             for i in range(c.num_layers):
                 layer = nnx.merge(layer_def, jax.tree.map(lambda p: p[i], layer_state))
-                x, (k, v) = layer(x, sin, cos, mask, (cache.k[i], cache.v[i]), write_slots)
+                x, (k, v) = layer(x, sin, cos, mask, (cache.k[i], cache.v[i]), write_slots, paging)
                 ks.append(k)
                 vs.append(v)
                 if i + 1 == middle_layers(c):
                     middle = _rms_normalize(x, c.rms_norm_eps)
-            new_cache = KVCache(k=tuple(ks), v=tuple(vs), lengths=cache.lengths + valid.sum(axis=1, dtype=jnp.int32))
+            new_cache = cache.replace(k=tuple(ks), v=tuple(vs), lengths=new_lengths)
 
         hidden = self.norm(x)
         return (self.unembed(hidden) if return_logits else None), hidden, middle, new_cache
@@ -257,13 +268,13 @@ class ForwardOutput:
 
     logits: jax.Array | None  # [B, S, V] in the compute dtype; None with return_logits=False
     hidden: jax.Array  # [B, S, D] final-normed hidden states
-    cache: KVCache | None  # the cache with the chunk written (None for a full-sequence pass)
+    cache: KVCache | PagedKVCache | None  # the cache with the chunk written (None for a full-sequence pass)
     # [B, S, D] the residual stream after `middle_layers(config)` layers, RMS-normalised (no learned scale):
     # computed by cached passes (the sampler's, a feature of the success predictor), None without a cache.
     middle: jax.Array | None = None
 
 
-def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCache | None = None,
+def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCache | PagedKVCache | None = None,
             attention_mask=None, *, return_logits: bool = True, segments=None) -> ForwardOutput:
     """The model as a pure function.
 
@@ -272,7 +283,7 @@ def forward(config: ModelConfig, params: Params, tokens, positions, cache: KVCac
       params: plain nested dict, as from `init_params` or `hf_io.load`.
       tokens: [B, S] int token ids.
       positions: [B, S] int RoPE positions.
-      cache: None for a full-sequence pass; else a KVCache whose row b gets the chunk
+      cache: None for a full-sequence pass; else a KVCache (or PagedKVCache) whose row b gets the chunk
         written at slots lengths[b] + s. The returned cache has lengths advanced by the
         number of valid tokens per row.
       attention_mask: [B, S] bool/int, True for real tokens. With a cache the chunk must be

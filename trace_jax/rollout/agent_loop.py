@@ -29,6 +29,7 @@ from trace_jax.rollout.prefixes import PrefixRef, PrefixTable
 from trace_jax.rollout.tree import Ledger, Node, RolloutCounters, RolloutTree
 from trace_jax.rollout.turns import run_turns, tokens_to_stop, turn_sampling
 from trace_jax.sampling import SamplingParams, start
+from trace_jax.sampling.paged import PagePool
 from trace_jax.sampling.state import row_processes
 
 # Row id of a branch's turn = branch uid * TURN_STRIDE + turn: every turn of every branch draws its own
@@ -39,14 +40,15 @@ MAX_TURNS = TURN_STRIDE - 1
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """What the loop samples with: model config and params, per-turn sampling, the renderer, and how decoding
-    is scheduled (`continuous.Batching`)."""
+    """What the loop samples with: model config and params, per-turn sampling, the renderer, how decoding
+    is scheduled (`continuous.Batching`) and where the KV cache lives."""
 
     config: ModelConfig
     params: Params
     sampling: SamplingParams
     renderer: ReactRenderer
     batching: Batching = Batching()
+    pages: PagePool | None = None  # the KV page pool rollouts decode in (`sampling/paged.py`); None: dense rows
 
 
 @dataclasses.dataclass
@@ -82,7 +84,7 @@ class RolloutEngine:
         hidden, pooled, lengths = [], [], []
         for begin in range(0, len(prompts), wave):
             chunk = prompts[begin:begin + wave]
-            state = start(p.config, p.params, chunk, reserve=p.sampling.max_new_tokens)
+            state = start(p.config, p.params, chunk, reserve=p.sampling.max_new_tokens, pool=p.pages)
             for out, got in zip((hidden, pooled, lengths), to_host((state.hidden, state.pooled, state.cache.lengths))):
                 out.extend(np.asarray(got)[:len(chunk)])
         sid = self.prefixes.store(state) if p.batching.keep_prefixes else self.prefixes.reserve()  # kept: the one wave
@@ -151,7 +153,7 @@ class RolloutEngine:
             return None
         p = self.policy
         contexts = [tree.context(n) for tree, n in dropped]
-        state = start(p.config, p.params, contexts, reserve=p.sampling.max_new_tokens)
+        state = start(p.config, p.params, contexts, reserve=p.sampling.max_new_tokens, pool=p.pages)
         sid = self.prefixes.store(state)
         for row, ((tree, n), context) in enumerate(zip(dropped, contexts)):
             if len(context) != self.prefix_of(tree, n).length:

@@ -25,6 +25,7 @@ from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params, forward
 from trace_jax.parallel.host import to_host
 from trace_jax.sampling.fork import ForkPlan, gather_rows, plan_fork
+from trace_jax.sampling.paged import PagedRows
 from trace_jax.sampling.prefill import ensure_capacity, features, host_lengths, refeed_last, start
 from trace_jax.sampling.select import SamplingParams, select
 from trace_jax.sampling.state import SamplerState, constrain, mesh_of, put_replicated, put_rows
@@ -126,12 +127,16 @@ def truncate(config: ModelConfig, params: Params, state: SamplerState, lengths: 
     recomputes their next-token logits and hidden state from the last kept token: the state is as if the
     cut tokens had never been generated (a turn stopped at a stop string). Consumes `state`."""
     have = host_lengths(state)
-    cut = have.copy()
+    cut = np.maximum(have, 1)  # rows not cut keep their length (an empty padding row gets a scratch token)
     cut[: len(lengths)] = np.asarray(lengths, np.int64)
-    if (cut < 1).any() or (cut > have).any():
+    if (cut[: len(lengths)] < 1).any() or (cut[: len(lengths)] > have[: len(lengths)]).any():
         raise ValueError(f"truncate lengths must lie in [1, row length]; got {list(lengths)} for rows of lengths "
                          f"{have[: len(lengths)].tolist()}")
     mesh = mesh_of(state)
+    if isinstance(state, PagedRows):
+        state.pool.cut(state, np.where([len(p) > 0 for p in state.pages], cut, 0))
+        state.pool.run(functools.partial(_rewind, config, None, params), state, jnp.asarray(cut.astype(np.int32)))
+        return state
     return _rewind(config, mesh, params, state, put_rows(cut.astype(np.int32), mesh))
 
 
@@ -158,14 +163,20 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
     if positions is not None:
         done[:n] = np.asarray(positions, np.int32)
     lengths = host_lengths(state)
-    if live.any():
-        state = ensure_capacity(state, int((lengths + np.minimum(steps, sampling.max_new_tokens - done))[live].max()),
-                                ahead=int(lengths[live].max()) + reserve)
+    reach = lengths + np.where(live, np.minimum(steps, sampling.max_new_tokens - done), 0)
     ids = np.zeros(state.batch_size, np.uint32)
     ids[:n] = np.asarray(row_ids, np.uint32)
-    mesh = mesh_of(state)  # the call's only host-to-device transfers:
-    out, state = _decode(config, sampling, steps, mesh, params, state, put_replicated(np.uint32(seed), mesh),
-                         put_rows(ids, mesh), put_rows(live, mesh), put_rows(done, mesh))
+    if isinstance(state, PagedRows):  # pages for the call's tokens first; the unfilled ones back after
+        pairs = state.pool.reserve(state, reach, "decoding")
+        out, _ = state.pool.run(functools.partial(_decode, config, sampling, steps, None, params), state,
+                                np.uint32(seed), ids, live, done, pairs=pairs, capacity=int(reach.max()))
+        state.pool.trim(state)
+    else:
+        if live.any():
+            state = ensure_capacity(state, int(reach[live].max()), ahead=int(lengths[live].max()) + reserve)
+        mesh = mesh_of(state)  # the call's only host-to-device transfers:
+        out, state = _decode(config, sampling, steps, mesh, params, state, put_replicated(np.uint32(seed), mesh),
+                             put_rows(ids, mesh), put_rows(live, mesh), put_rows(done, mesh))
     out, hidden = to_host((out, state.hidden))
     result = Generation(
         tokens=out["tokens"][:n], logprobs=out["logprobs"][:n],
@@ -186,6 +197,8 @@ def fork_rows(config: ModelConfig, params: Params, prefixes: SamplerState, plan:
               fork_lengths: Sequence[int] | None = None) -> SamplerState:
     """The state whose row plan.rows[i] is a copy of the i-th child's parent row (`prefixes` left intact),
     cut back to fork_lengths[i] tokens when given: ready to decode the children's first turn."""
+    if isinstance(prefixes, PagedRows):
+        return _fork_paged(config, params, prefixes, plan, fork_lengths)
     branches = gather_rows(prefixes, plan.source)
     if fork_lengths is None:
         return branches
@@ -198,6 +211,25 @@ def fork_rows(config: ModelConfig, params: Params, prefixes: SamplerState, plan:
     cut[plan.rows] = wanted
     mesh = mesh_of(branches)
     return _rewind(config, mesh, params, branches, put_rows(cut.astype(np.int32), mesh))
+
+
+def _fork_paged(config, params, prefixes: PagedRows, plan: ForkPlan, fork_lengths) -> PagedRows:
+    """`fork_rows` on pages: the branches list their parents' prefix pages (the last one copied), and are
+    recomputed from their last kept token only where they are cut short of their parent."""
+    parents = np.asarray(plan.source)[plan.rows]
+    have = host_lengths(prefixes)[parents]
+    wanted = have if fork_lengths is None else np.asarray(fork_lengths, np.int64)
+    if (wanted < 1).any() or (wanted > have).any():
+        raise ValueError(f"fork_lengths must lie in [1, parent length]; got {list(fork_lengths)} "
+                         f"for parents of lengths {have.tolist()}")
+    if not np.array_equal(plan.rows, np.arange(len(parents))):
+        raise ValueError("a paged fork places branch i in row i (one device's plan)")
+    branches = prefixes.pool.share(prefixes, parents.tolist(), wanted)
+    if (wanted < have).any():
+        cut = np.ones(branches.batch_size, np.int32)
+        cut[: len(wanted)] = wanted
+        branches.pool.run(functools.partial(_rewind, config, None, params), branches, jnp.asarray(cut))
+    return branches
 
 
 def tree_expand(config: ModelConfig, params: Params, prefixes: SamplerState | Sequence[Sequence[int]],

@@ -29,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
+from trace_jax.sampling.paged import PagedRows
+
 from trace_jax.parallel.rules import BATCH_AXES
 from trace_jax.sampling.state import (SamplerState, batch_bucket, constrain, grow, mesh_of, put_rows, rows_multiple,
                                       state_specs)
@@ -76,6 +78,8 @@ def plan_fork(parents: Sequence[int], source_rows: int, mesh: Mesh | None) -> Fo
 def gather_rows(state: SamplerState, source: Sequence[int]) -> SamplerState:
     """Row i of the result is a copy of row source[i] of `state` (len(source) a multiple of the mesh's row
     shards): shard-local copies stay local, the others go through one explicit exchange."""
+    if isinstance(state, PagedRows):  # the rows list the same pages: no KV copied
+        return state.pool.take(state, source)
     source = np.array(source, np.int32)  # a copy: the transfer below may read it after we return
     mesh = mesh_of(state)
     if mesh is None:
@@ -128,6 +132,8 @@ def concat_states(states: list[SamplerState]) -> tuple[SamplerState, list[int]]:
     merged row `merged_row(offsets[k], r, ...)`."""
     if len(states) == 1:
         return states[0], [0]
+    if isinstance(states[0], PagedRows):
+        return states[0].pool.concat(states)
     capacity = max(s.capacity for s in states)
     grown = [s if s.capacity == capacity else grow(s, capacity) for s in states]
     mesh = mesh_of(grown[0])

@@ -20,6 +20,7 @@ from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params, forward, unembed
 from trace_jax.parallel.host import to_host
 from trace_jax.sampling.fork import concat_states, gather_rows, merged_row
+from trace_jax.sampling.paged import PagedRows, PagePool
 from trace_jax.sampling.state import (SamplerState, batch_bucket, chunk_bucket, constrain, empty_state, grow,
                                       length_bucket, mesh_of, put_rows, rows_multiple)
 
@@ -79,8 +80,9 @@ def ensure_capacity(state: SamplerState, needed: int, *, ahead: int = 0) -> Samp
 
 
 def start(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]], *, reserve: int = 0,
-          max_chunk: int = MAX_CHUNK) -> SamplerState:
-    """Prefills each prompt into its own row of a fresh state with room for `reserve` more tokens.
+          max_chunk: int = MAX_CHUNK, pool: PagePool | None = None) -> SamplerState | PagedRows:
+    """Prefills each prompt into its own row of a fresh state with room for `reserve` more tokens (with a
+    `pool`: rows whose KV lives in its pages, `paged.py`).
 
     Prompts of very different lengths are prefilled in length groups (`length_groups`), each into a state only
     as long as its own prompts, then merged into one state (capacity grown to the longest, rows in prompt
@@ -89,6 +91,10 @@ def start(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]],
         raise ValueError("every prompt needs at least one token")
     mesh = mesh_of(params)
     groups = length_groups([len(p) for p in prompts], reserve, rows_multiple(mesh))
+    if pool is not None:
+        if mesh is not None:
+            raise ValueError("a page pool is one device's: on a mesh the sampler runs on the dense cache")
+        return _start_paged(config, params, prompts, groups, pool, max_chunk)
     if len(groups) == 1:
         return _start_padded(config, params, prompts, reserve, max_chunk, mesh)
     parts = [_start_padded(config, params, [prompts[i] for i in g], reserve, max_chunk, mesh) for g in groups]
@@ -99,6 +105,20 @@ def start(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]],
             rows[i] = merged_row(offset, j, part.batch_size, merged.batch_size, mesh)
     rows[len(prompts):] = rows[0]
     return gather_rows(merged, rows)
+
+
+def _start_paged(config, params, prompts, groups, pool: PagePool, max_chunk) -> PagedRows:
+    """`start` into pages: each group prefilled into rows of its own, the groups' rows then listed together
+    in prompt order (their page tables: no KV is copied to join them)."""
+    parts = [extend(config, params, pool.empty(len(g), max(len(prompts[i]) for i in g)), [prompts[i] for i in g],
+                    max_chunk=max_chunk) for g in groups]
+    if len(parts) == 1:
+        return parts[0]
+    merged, offsets = pool.concat(parts)
+    order = np.full(batch_bucket(len(prompts)), merged.batch_size, np.int64)  # padding rows: empty
+    for group, offset in zip(groups, offsets):
+        order[group] = offset + np.arange(len(group))
+    return pool.take(merged, order, consume=True)
 
 
 def _start_padded(config, params, prompts, reserve, max_chunk, mesh) -> SamplerState:
@@ -158,7 +178,13 @@ def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens:
     if longest == 0:
         return state
     lengths = host_lengths(state)
-    state = ensure_capacity(state, int(max(lengths[i] + len(t) for i, t in enumerate(new_tokens))))
+    wanted = lengths.copy()
+    wanted[: len(new_tokens)] += [len(t) for t in new_tokens]
+    paged = isinstance(state, PagedRows)
+    if paged:
+        state.pool.reserve(state, wanted, "prefilling")
+    else:
+        state = ensure_capacity(state, int(wanted.max()))
     width = chunk_bucket(longest, max_chunk)
     mesh = mesh_of(state)
     for begin in range(0, longest, width):
@@ -168,5 +194,9 @@ def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens:
             piece = toks[begin:begin + width]
             chunk[i, : len(piece)] = piece
             mask[i, : len(piece)] = True
-        state = _append(config, mesh, params, state, put_rows(chunk, mesh), put_rows(mask, mesh))
+        if paged:
+            state.pool.run(functools.partial(_append, config, None, params), state, chunk, mask,
+                           capacity=int(wanted.max()))
+        else:
+            state = _append(config, mesh, params, state, put_rows(chunk, mesh), put_rows(mask, mesh))
     return state

@@ -21,7 +21,11 @@ import numpy as np
 
 from trace_jax.models.config import ModelConfig
 from trace_jax.models.transformer import Params
-from trace_jax.sampling.prefill import MAX_CHUNK, append_body, ensure_capacity, host_lengths, refeed_last
+from trace_jax.sampling.decoding import fork_rows, truncate
+from trace_jax.sampling.fork import plan_fork
+from trace_jax.sampling.paged import PagedRows
+from trace_jax.sampling.prefill import (MAX_CHUNK, append_body, ensure_capacity, extend, host_lengths,
+                                        refeed_last)
 from trace_jax.sampling.state import SamplerState, chunk_bucket, constrain, grow, mesh_of, put_replicated
 
 
@@ -100,6 +104,9 @@ def place_rows(config: ModelConfig, params: Params, state: SamplerState, source:
     if (wanted < 1).any() or (wanted > have).any():
         raise ValueError(f"fork lengths must lie in [1, parent length]; got {list(lengths)} for parents of "
                          f"lengths {have.tolist()}")
+    if isinstance(state, PagedRows):  # the forks on pages of their own, then into the slots
+        branches = fork_rows(config, params, source, plan_fork(source_rows, source.batch_size, None), lengths)
+        return state.pool.put(state, rows, branches)
     if source.capacity > state.capacity:
         state = grow(state, source.capacity)
     elif source.capacity < state.capacity:
@@ -117,6 +124,10 @@ def copy_rows(target: SamplerState, source: SamplerState, source_rows: Sequence[
               rows: Sequence[int]) -> SamplerState:
     """Row rows[i] of `target` becomes a copy of row source_rows[i] of `source` (left intact; same capacity).
     Consumes `target`."""
+    if isinstance(target, PagedRows):  # the rows list the source rows' pages
+        size = sub_batch_bucket(len(rows), min(target.batch_size, source.batch_size))
+        taken = source.pool.take(source, _sub_batch(source_rows, source.batch_size, size))
+        return target.pool.put(target, _sub_batch(rows, target.batch_size, size), taken)
     if source.capacity != target.capacity:
         raise ValueError(f"copy_rows needs equal capacities, got {source.capacity} and {target.capacity}")
     mesh, size = mesh_of(target), sub_batch_bucket(len(rows), min(target.batch_size, source.batch_size))
@@ -141,6 +152,12 @@ def extend_rows(config: ModelConfig, params: Params, state: SamplerState, rows: 
     if (wanted < 1).any() or (wanted > have).any():
         raise ValueError(f"cut lengths must lie in [1, row length]; got {list(cut)} for rows of lengths "
                          f"{have.tolist()}")
+    if isinstance(state, PagedRows):  # the rows taken out with their pages, cut, extended and put back
+        rows = _sub_batch(rows, state.batch_size, sub_batch_bucket(len(rows), state.batch_size))
+        sub = state.pool.take(state, rows, consume=True)
+        if (wanted < have).any():
+            sub = truncate(config, params, sub, wanted.tolist())
+        return state.pool.put(state, rows, extend(config, params, sub, new_tokens, max_chunk=max_chunk))
     needed = int(max(w + len(t) for w, t in zip(wanted, new_tokens)))
     state = ensure_capacity(state, needed, ahead=needed + reserve)
     index, mesh = _sub_batch(rows, state.batch_size, sub_batch_bucket(len(rows), state.batch_size)), mesh_of(state)

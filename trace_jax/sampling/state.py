@@ -145,7 +145,10 @@ def chunk_bucket(n: int, maximum: int) -> int:
 
 
 def grow(state: SamplerState, capacity: int) -> SamplerState:
-    """The same rows with `capacity` slots (new slots empty); used when a row would outgrow its cache."""
+    """The same rows with `capacity` slots (new slots empty); used when a row would outgrow its cache. Rows
+    on pages (`paged.PagedRows`) widen their token history only: their pages are taken as they are written."""
+    if not isinstance(state, SamplerState):
+        return state.widen(capacity)
     return _grow(state, capacity, mesh_of(state))
 
 

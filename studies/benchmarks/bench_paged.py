@@ -1,0 +1,202 @@
+"""The paged KV cache (`sampling/paged.py`) against the dense one, side by side in one run on one machine.
+
+  python studies/benchmarks/bench_paged.py               # ~10 min on a 2-core CPU, `small`, 5 pairs
+  python studies/benchmarks/bench_paged.py --quick       # 1 pair, shorter prompts: a smoke run
+
+a. mixed lengths (15 prompts of 128 tokens and one of 3000, 64 new greedy tokens): paged decode of the mixed
+   batch against paged decode of 16 short prompts (the issue's target: <= 2.0; the dense sampler measured
+   6.6x), and against the dense sampler's decode of the same mixed batch; paged prefill (length groups,
+   joined by listing page tables) against the sum of its parts. Each decode runs on a fresh fork of the
+   prefilled rows (paged: shares every page but the last; dense: a copy), the fork included.
+b. a k=8 fork of a 4096-token prefix, each branch then decoding 64 tokens: KV held (pages in use x page bytes)
+   against one prefix plus the branches' own tokens (target <= 1.25x) and against the dense layout's k
+   full rows; and the rows a fixed KV budget holds on a TRACE stage-2 shape (k=8 branches per prefix)
+   paged over dense (target >= 4x), computed from those measured page counts.
+c. tree expansion k=8 from a 512-token prefix, 64 new tokens: paged (prefill once, fork by page table)
+   against re-prefilling every branch with the dense sampler (docs/sampler.md's section a: dense tree 2.06x),
+   and against the dense tree.
+Ratios are medians of alternating pairs with [min, max] (`bench_sampler.paired`). The last line printed is
+one JSON object with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+
+import jax
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_sampler import paired, prompts  # noqa: E402
+
+from trace_jax.models import init_params, num_params  # noqa: E402
+from trace_jax.models.presets import PRESETS, get_preset  # noqa: E402
+from trace_jax.sampling import SamplingParams, decode, gather_rows, generate, start, tree_expand  # noqa: E402
+from trace_jax.sampling.paged import PagedSampler  # noqa: E402
+from trace_jax.sampling.pages import pages_for  # noqa: E402
+from trace_jax.sampling.state import length_bucket  # noqa: E402
+
+
+def page_bytes(config, page_size: int) -> int:
+    """K and V of one page over every layer."""
+    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * page_size * np.dtype(config.dtype).itemsize
+
+
+def _paged_decoding(sampler: PagedSampler, rows, greedy):
+    def run():
+        fresh = sampler.fork(rows, list(range(rows.n)))
+        gen = sampler.decode(fresh, greedy, seed=0, row_ids=list(range(rows.n)))
+        sampler.release(fresh)
+        return gen.tokens
+    return run
+
+
+def _dense_decoding(config, params, state, n, greedy):
+    def run():
+        rows = np.arange(state.batch_size)
+        gen, _ = decode(config, params, gather_rows(state, rows), greedy, seed=0, row_ids=rows.tolist(),
+                        active=rows < n)
+        return gen.tokens
+    return run
+
+
+def bench_mixed(config, params, repeats, page_size, short=15, short_len=128, long_len=3000, new_tokens=64):
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=new_tokens)
+    mixed = prompts(short, short_len, config.vocab_size, seed=3) + prompts(1, long_len, config.vocab_size, seed=4)
+    all_short = prompts(short + 1, short_len, config.vocab_size, seed=5)
+    pool = 4 * (long_len + (short + 1) * (short_len + 2 * new_tokens))  # both batches and a fork of each
+    sampler = PagedSampler(config, params, num_pages=pages_for(pool, page_size), page_size=page_size)
+    mixed_rows = sampler.start(mixed, reserve=new_tokens)
+    short_rows = sampler.start(all_short, reserve=new_tokens)
+    vs_short = paired(_paged_decoding(sampler, short_rows, greedy), _paged_decoding(sampler, mixed_rows, greedy),
+                      repeats)
+    dense_state = start(config, params, mixed, reserve=new_tokens)
+    vs_dense = paired(_paged_decoding(sampler, mixed_rows, greedy),
+                      _dense_decoding(config, params, dense_state, len(mixed), greedy), repeats)
+    same = np.array_equal(_paged_decoding(sampler, mixed_rows, greedy)()[: len(mixed)],
+                          _dense_decoding(config, params, dense_state, len(mixed), greedy)()[: len(mixed)])
+
+    def prefill():
+        rows = sampler.start(mixed, reserve=new_tokens)
+        out = rows.state.logits
+        sampler.release(rows)
+        return out
+
+    def parts():
+        outs = []
+        for part in (mixed[-1:], mixed[:-1]):
+            rows = sampler.start(part, reserve=new_tokens)
+            outs.append(rows.state.logits)
+            sampler.release(rows)
+        return outs
+
+    vs_parts = paired(parts, prefill, repeats)
+    print(f"  decode {new_tokens} tokens, paged: mixed {vs_short.slow_s:.2f}s, all short {vs_short.fast_s:.2f}s "
+          f"(mixed / short {vs_short.text()}); dense mixed {vs_dense.slow_s:.2f}s (dense / paged {vs_dense.text()}); "
+          f"greedy tokens identical: {same}", flush=True)
+    print(f"  paged prefill {vs_parts.slow_s:.2f}s, parts {vs_parts.fast_s:.2f}s (prefill / parts {vs_parts.text()})",
+          flush=True)
+    return {"mixed_over_short_decode": vs_short.json(), "dense_over_paged_mixed_decode": vs_dense.json(),
+            "prefill_over_parts": vs_parts.json(), "same_greedy_tokens": bool(same),
+            "seconds": {"decode_mixed": round(vs_short.slow_s, 3), "decode_short": round(vs_short.fast_s, 3),
+                        "decode_mixed_dense": round(vs_dense.slow_s, 3), "prefill": round(vs_parts.slow_s, 3),
+                        "parts": round(vs_parts.fast_s, 3)}}
+
+
+def bench_fork_memory(config, params, page_size, prefix_len=4096, k=8, new_tokens=64):
+    sampler = PagedSampler(config, params, num_pages=pages_for(prefix_len, page_size) + k * pages_for(
+        new_tokens + 2 * page_size, page_size) + 8, page_size=page_size)
+    root = sampler.start(prompts(1, prefix_len, config.vocab_size, seed=7), reserve=new_tokens)
+    branches = sampler.fork(root, [0] * k)
+    gen = sampler.decode(branches, SamplingParams(temperature=1.0, max_new_tokens=new_tokens), seed=0,
+                         row_ids=list(range(k)))
+    own = int(gen.lengths.sum())
+    held_tokens = sampler.book.held * page_size
+    minimum = prefix_len + own  # one prefix plus the branches' own tokens
+    dense_tokens = k * length_bucket(prefix_len + new_tokens)  # k rows of the dense cache's capacity
+    # Rows per fixed KV budget on a stage-2 shape (k branches per prefix): per row, paged holds its share of
+    # the prefix and its own pages; dense a whole row.
+    paged_per_row = held_tokens / k
+    rows_ratio = dense_tokens / k / paged_per_row
+    sampler.release(branches)
+    sampler.release(root)
+    assert sampler.book.held == 0
+    print(f"  k={k} fork of a {prefix_len}-token prefix, {own} branch tokens: paged holds {held_tokens} token slots "
+          f"({held_tokens * page_bytes(config, page_size) // page_size / 2**20:.1f} MiB), "
+          f"{held_tokens / minimum:.3f}x one prefix + branches; dense {dense_tokens} ({dense_tokens / minimum:.2f}x); "
+          f"rows per KV budget paged / dense {rows_ratio:.2f}x", flush=True)
+    return {"held_over_minimum": round(held_tokens / minimum, 4), "dense_over_minimum": round(dense_tokens / minimum, 3),
+            "rows_per_budget_paged_over_dense": round(rows_ratio, 3), "held_token_slots": held_tokens,
+            "minimum_tokens": minimum, "dense_token_slots": dense_tokens}
+
+
+def bench_tree(config, params, repeats, page_size, k=8, prefix_len=512, new_tokens=64):
+    sampling = SamplingParams(max_new_tokens=new_tokens)
+    prefix = prompts(1, prefix_len, config.vocab_size)
+    sampler = PagedSampler(config, params, num_pages=pages_for(prefix_len, page_size) + k * pages_for(
+        new_tokens + 2 * page_size, page_size) + 8, page_size=page_size)
+
+    def paged_tree():
+        root = sampler.start(prefix, reserve=new_tokens)
+        branches = sampler.fork(root, [0] * k)
+        gen = sampler.decode(branches, sampling, seed=0, row_ids=list(range(k)))
+        sampler.release(branches)
+        sampler.release(root)
+        return gen.tokens
+
+    def dense_tree():
+        gen, _ = tree_expand(config, params, prefix, [0] * k, sampling, seed=0, row_ids=range(k))
+        return gen.tokens
+
+    def reprefill():
+        gen, _ = generate(config, params, prefix * k, sampling, seed=0, row_ids=range(k))
+        return gen.tokens
+
+    vs_reprefill = paired(paged_tree, reprefill, repeats)
+    vs_dense = paired(paged_tree, dense_tree, repeats)
+    print(f"  k={k}: paged tree {vs_reprefill.fast_s:.2f}s, re-prefill {vs_reprefill.slow_s:.2f}s "
+          f"({vs_reprefill.text()}); dense tree {vs_dense.slow_s:.2f}s (dense / paged {vs_dense.text()})", flush=True)
+    return {"reprefill_over_paged_tree": vs_reprefill.json(), "dense_tree_over_paged_tree": vs_dense.json()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5, help="alternating pairs per ratio (>= 1; quote >= 5)")
+    parser.add_argument("--quick", action="store_true", help="1 pair, shorter prompts")
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--page_size", type=int, default=16)
+    parser.add_argument("--sections", default="abc", help="which of the sections a-c to run")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.preset not in PRESETS:
+        parser.error(f"--preset {args.preset!r} is not one of {sorted(PRESETS)}")
+    if not args.sections or set(args.sections) - set("abc"):
+        parser.error(f"--sections {args.sections!r}: letters among a, b, c")
+    repeats = 1 if args.quick else args.repeats
+    config = get_preset(args.preset)
+    params = init_params(config, 0)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
+          f"{jax.devices()[0].platform}; model {args.preset} ({num_params(config) / 1e6:.2f}M params), pages of "
+          f"{args.page_size} tokens; ratios: median [min, max] of {repeats} alternating pairs", flush=True)
+    summary = {"pairs": repeats, "page_size": args.page_size}
+    if "a" in args.sections:
+        print("a. mixed lengths: 15 x 128 + 1 x 3000 prompt tokens, 64 new greedy tokens")
+        long_len = 600 if args.quick else 3000
+        summary["mixed_lengths"] = bench_mixed(config, params, repeats, args.page_size, long_len=long_len)
+    if "b" in args.sections:
+        print("b. KV held by a k=8 fork of a 4096-token prefix")
+        summary["fork_memory"] = bench_fork_memory(config, params, args.page_size,
+                                                   prefix_len=1024 if args.quick else 4096)
+    if "c" in args.sections:
+        print("c. tree expansion k=8 from a 512-token prefix, 64 new tokens")
+        summary["tree"] = bench_tree(config, params, repeats, args.page_size, prefix_len=128 if args.quick else 512)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
