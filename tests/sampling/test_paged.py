@@ -14,6 +14,7 @@ from trace_jax.models.presets import get_preset
 from trace_jax.sampling import SamplingParams, decode, extend, gather_rows, start, tree_expand, truncate
 from trace_jax.sampling.decoding import fork_rows
 from trace_jax.sampling.fork import plan_fork
+from trace_jax.sampling import paged
 from trace_jax.sampling.paged import PagePool
 from trace_jax.sampling.pages import PageBook, PoolExhausted
 
@@ -38,10 +39,13 @@ def _same(got, want):
     np.testing.assert_allclose(got.hidden, want.hidden, atol=1e-5, rtol=1e-5)
 
 
-def _check(pool, *rows_list):
-    pages = [p for rows in rows_list for p in rows.pages]
-    lengths = [x for rows in rows_list for x in rows.lengths()]
-    pool.book.check_private(pages, lengths)
+def _check(pool, *rows_list, written=None):
+    """Counts match the rows; the pages holding the last token of the `written` rows are theirs alone."""
+    pool.book.check([p for rows in rows_list for p in rows.pages])
+    if written is not None:
+        for pages, length in zip(written.pages, written.lengths()):
+            if length:
+                assert pool.book.refs[pages[(length - 1) // PAGE]] == 1
 
 
 def _fork(rows, parents, fork_lengths=None):
@@ -53,13 +57,22 @@ def _decode(rows, sampling, seed, row_ids):
     return gen
 
 
-def test_start_and_decode_match_the_dense_sampler_and_release_every_page():
+@pytest.fixture(params=["live-pages", "dense-copy"])
+def decoding_mode(request, monkeypatch):
+    """Decode steps attend over gathered live pages, or over a dense working copy of the pages (`DENSE_SHARE`
+    picks per call by how alike the rows' lengths are; here forced each way)."""
+    monkeypatch.setattr(paged, "DENSE_SHARE", 2.0 if request.param == "live-pages" else 0.0)
+    return request.param
+
+
+def test_start_and_decode_match_the_dense_sampler_and_release_every_page(decoding_mode):
     prompts = _prompts(LENGTHS)
     pool = PagePool(CONFIG, num_pages=64, page_size=PAGE)
     rows = start(CONFIG, PARAMS, prompts, reserve=GREEDY.max_new_tokens, pool=pool)
     _check(pool, rows)
     assert pool.book.held == sum(-(-n // PAGE) for n in LENGTHS)  # prompts' pages only, no reserve held
     got = _decode(rows, GREEDY, 0, list(range(len(prompts))))
+    _check(pool, rows, written=rows)
     dense = start(CONFIG, PARAMS, prompts, reserve=GREEDY.max_new_tokens)
     want, _ = decode(CONFIG, PARAMS, dense, GREEDY, seed=0, row_ids=list(range(len(prompts))))
     _same(got, want)
@@ -74,7 +87,7 @@ def test_start_and_decode_match_the_dense_sampler_and_release_every_page():
 
 
 @pytest.mark.parametrize("fork_lengths", [None, [5, 17, 16, 9, 40]])
-def test_forks_share_prefix_pages_and_decode_as_dense_forks(fork_lengths):
+def test_forks_share_prefix_pages_and_decode_as_dense_forks(fork_lengths, decoding_mode):
     prompts = _prompts([21, 45, 3, 9])
     parents = [1, 1, 0, 3, 1]
     pool = PagePool(CONFIG, num_pages=96, page_size=PAGE)
@@ -85,9 +98,10 @@ def test_forks_share_prefix_pages_and_decode_as_dense_forks(fork_lengths):
     _check(pool, roots, branches)
     parent_lengths = roots.lengths()[parents]
     cut = parent_lengths if fork_lengths is None else np.asarray(fork_lengths)
-    assert pool.book.held - held == len(parents)  # one copied page per branch: the rest is shared
+    # shared whole until written: a branch cut short of its parent refeeds its last token, into a copied page
+    assert pool.book.held - held == (0 if fork_lengths is None else len(parents))
     got = _decode(branches, GREEDY, 5, [10, 11, 12, 13, 14])
-    _check(pool, roots, branches)
+    _check(pool, roots, branches, written=branches)
 
     dense = start(CONFIG, PARAMS, prompts, reserve=GREEDY.max_new_tokens)
     _, dense = decode(CONFIG, PARAMS, dense, GREEDY, seed=3, row_ids=[0, 1, 2, 3])
@@ -100,7 +114,7 @@ def test_forks_share_prefix_pages_and_decode_as_dense_forks(fork_lengths):
     assert pool.book.held == 0
 
 
-def test_truncate_and_multi_turn_extend_match_the_dense_sampler():
+def test_truncate_and_multi_turn_extend_match_the_dense_sampler(decoding_mode):
     prompts = _prompts([13, 30, 7])
     observations = _prompts([6, 17, 9], seed=1)
     pool = PagePool(CONFIG, num_pages=64, page_size=PAGE)
@@ -112,7 +126,7 @@ def test_truncate_and_multi_turn_extend_match_the_dense_sampler():
     _check(pool, rows, branches)
     rows = extend(CONFIG, PARAMS, rows, observations)
     got = _decode(rows, GREEDY, 2, [0, 1, 2])
-    _check(pool, rows, branches)
+    _check(pool, rows, branches, written=rows)
     untouched = _decode(branches, GREEDY, 2, [0, 1, 2])
 
     dense = start(CONFIG, PARAMS, prompts, reserve=GREEDY.max_new_tokens)

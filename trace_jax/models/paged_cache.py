@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from trace_jax.models.attention import MASKED
+from trace_jax.models.cache import KVCache
 from trace_jax.models.config import ModelConfig
 
 
@@ -29,7 +30,9 @@ class PagedKVCache:
     v: tuple[jax.Array, ...]  # L x [P, K, page, H]
     page_tables: jax.Array  # [B, pages per row] int32; num_pages where a row has no page
     lengths: jax.Array  # [B] int32: valid slots per row
-    live_pages: int = struct.field(pytree_node=False, default=0)  # (row, page) pairs a decode step attends
+    # (row, page) pairs a decode step attends (`live_page_attention`); 0: decoding reads a dense working copy of
+    # the rows' pages instead (`dense_copy` / `write_back`), which a batch of alike lengths decodes faster
+    live_pages: int = struct.field(pytree_node=False, default=0)
 
     @property
     def batch_size(self) -> int:
@@ -57,12 +60,15 @@ def init_pages(config: ModelConfig, num_pages: int, page_size: int, dtype=None) 
     return tuple(jnp.zeros(k_shape, dtype) for _ in layers), tuple(jnp.zeros(v_shape, dtype) for _ in layers)
 
 
-def write(k_pages, v_pages, page_tables, slots, k_new, v_new):
-    """k_new, v_new [B, S, K, H] written at slots [B, S] of each row (slots past a row's pages: dropped)."""
+def write(k_pages, v_pages, page_tables, slots, k_new, v_new, valid=None):
+    """k_new, v_new [B, S, K, H] written at slots [B, S] of each row where `valid` [B, S] (default all; slots
+    past a row's pages and invalid ones are dropped: an idle row writes nothing, so it may share its pages)."""
     page_size = v_pages.shape[2]
     page_index = jnp.clip(slots // page_size, 0, page_tables.shape[1] - 1)
-    pages = jnp.where(slots // page_size < page_tables.shape[1],
-                      jnp.take_along_axis(page_tables, page_index, axis=1), v_pages.shape[0])  # [B, S]
+    inside = slots // page_size < page_tables.shape[1]
+    if valid is not None:
+        inside = inside & valid
+    pages = jnp.where(inside, jnp.take_along_axis(page_tables, page_index, axis=1), v_pages.shape[0])  # [B, S]
     offsets = slots % page_size
     k_pages = k_pages.at[pages, :, :, offsets].set(k_new.astype(k_pages.dtype), mode="drop")
     v_pages = v_pages.at[pages, :, offsets].set(v_new.astype(v_pages.dtype), mode="drop")
@@ -123,6 +129,30 @@ def live_page_attention(q, k_pages, v_pages, page_tables, lengths, pairs: int):
     numerator = jnp.einsum("BW,WKGH->BKGH", member, local_out * weight[..., None])
     denominator = jnp.einsum("BW,WKG->BKG", member, local_sum * weight)
     return numerator / jnp.where(denominator > 0, denominator, 1.0)[..., None]
+
+
+def dense_copy(cache: PagedKVCache) -> KVCache:
+    """The rows' pages as a dense `KVCache` (every row as wide as the page table), for a decode loop that
+    reads it in place at every step and writes its new tokens back once (`write_back`)."""
+    k, v = zip(*(view(k, v, cache.page_tables) for k, v in zip(cache.k, cache.v)))
+    return KVCache(k=tuple(k), v=tuple(v), lengths=cache.lengths)
+
+
+def write_back(paged: PagedKVCache, dense, steps: int) -> PagedKVCache:
+    """The slots a decode loop of at most `steps` tokens filled in `dense` (from each row's length in `paged`
+    up to its length in `dense`) written into the rows' pages; the paged cache with the new lengths."""
+    slots = paged.lengths[:, None] + jnp.arange(steps)[None, :]  # [B, steps]
+    written = slots < dense.lengths[:, None]
+    slots = jnp.where(written, slots, paged.max_len)  # past every page: dropped
+    safe = jnp.minimum(slots, dense.max_len - 1)
+    ks, vs = [], []
+    for k_pages, v_pages, k, v in zip(paged.k, paged.v, dense.k, dense.v):
+        k_new = jnp.take_along_axis(k, safe[:, None, None, :], axis=3).transpose(0, 3, 1, 2)  # [B, steps, K, H]
+        v_new = jnp.take_along_axis(v, safe[:, None, :, None], axis=2).transpose(0, 2, 1, 3)
+        k_pages, v_pages = write(k_pages, v_pages, paged.page_tables, slots, k_new, v_new)
+        ks.append(k_pages)
+        vs.append(v_pages)
+    return paged.replace(k=tuple(ks), v=tuple(vs), lengths=dense.lengths)
 
 
 def copy_pages(k: tuple, v: tuple, source, target) -> tuple[tuple, tuple]:

@@ -65,7 +65,7 @@ class Attention(nnx.Module):
     def __call__(self, x, sin, cos, mask, kv=None, write_slots=None, paging=None):
         """x [B,S,D]; mask [B,S,T] bool (or a `CausalMask` when kv is None); write_slots [B,S]; kv None or
         (k_cache [B,K,H,T], v_cache [B,K,T,H]), or with `paging` = (page_tables, lengths after the chunk, live
-        pairs) the pool's pages (k [P,K,H,page], v [P,K,page,H]: `paged_cache.py`).
+        pairs, valid [B,S]) the pool's pages (k [P,K,H,page], v [P,K,page,H]: `paged_cache.py`).
 
         Keys are cached slot-minor, values head-minor: both attention products then reduce over an
         outer axis and vectorize over the contiguous one, with no transpose of the cache.
@@ -80,8 +80,8 @@ class Attention(nnx.Module):
         q, k = apply_rope(q, sin, cos), apply_rope(k, sin, cos)
         G = c.num_heads // c.num_kv_heads
         if paging is not None:
-            tables, lengths, pairs = paging
-            kv = write(kv[0], kv[1], tables, write_slots, k, v)
+            tables, lengths, pairs, valid = paging
+            kv = write(kv[0], kv[1], tables, write_slots, k, v, valid)
             if S == 1 and pairs:  # decoding (a refeed of one token has no pairs listed: it reads the view)
                 out = live_page_attention(q.reshape(B, c.num_kv_heads, G, c.head_dim), *kv, tables, lengths, pairs)
                 return self.o_proj(out.astype(q.dtype).reshape(B, 1, c.num_heads * c.head_dim)), kv
@@ -199,7 +199,8 @@ class Transformer(nnx.Module):
             write_slots = cache.lengths[:, None] + jnp.arange(S)[None, :]  # [B, S]
             mask = _cached_mask(cache.lengths, valid, cache.max_len)
             new_lengths = cache.lengths + valid.sum(axis=1, dtype=jnp.int32)
-            paging = (cache.page_tables, new_lengths, cache.live_pages) if isinstance(cache, PagedKVCache) else None
+            paging = ((cache.page_tables, new_lengths, cache.live_pages, valid) if isinstance(cache, PagedKVCache)
+                      else None)
 
             # A Python loop over layers: each layer's cache buffer is updated in place and read
             # directly (slicing a stacked cache inside a scan costs a copy per layer per step on

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from trace_jax.models.config import ModelConfig
+from trace_jax.models.paged_cache import PagedKVCache, dense_copy, write_back
 from trace_jax.models.transformer import Params, forward
 from trace_jax.parallel.host import to_host
 from trace_jax.sampling.fork import ForkPlan, gather_rows, plan_fork
@@ -116,7 +117,12 @@ def _decode(config: ModelConfig, sampling: SamplingParams, steps: int, mesh, par
         done = done | hit_stop | (positions + out["lengths"] >= N)
         return i + 1, state, out, done
 
+    paged = state.cache if isinstance(state.cache, PagedKVCache) and not state.cache.live_pages else None
+    if paged is not None:  # an alike batch on pages: decoded in a dense working copy, new tokens written back
+        state = state.replace(cache=dense_copy(paged))
     _, state, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out, ~active | (positions >= N)))
+    if paged is not None:
+        state = state.replace(cache=write_back(paged, state.cache, steps))
     return out, constrain(state, mesh)
 
 
@@ -167,7 +173,8 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
     ids = np.zeros(state.batch_size, np.uint32)
     ids[:n] = np.asarray(row_ids, np.uint32)
     if isinstance(state, PagedRows):  # pages for the call's tokens first; the unfilled ones back after
-        pairs = state.pool.reserve(state, reach, "decoding")
+        state.pool.prepare(state, np.where(live, lengths, -1), reach, "decoding")
+        pairs = state.pool.live_pairs(reach)
         out, _ = state.pool.run(functools.partial(_decode, config, sampling, steps, None, params), state,
                                 np.uint32(seed), ids, live, done, pairs=pairs, capacity=int(reach.max()))
         state.pool.trim(state)
@@ -226,9 +233,10 @@ def _fork_paged(config, params, prefixes: PagedRows, plan: ForkPlan, fork_length
         raise ValueError("a paged fork places branch i in row i (one device's plan)")
     branches = prefixes.pool.share(prefixes, parents.tolist(), wanted)
     if (wanted < have).any():
-        cut = np.ones(branches.batch_size, np.int32)
+        cut = np.zeros(branches.batch_size, np.int32)
         cut[: len(wanted)] = wanted
-        branches.pool.run(functools.partial(_rewind, config, None, params), branches, jnp.asarray(cut))
+        branches.pool.cut(branches, cut)
+        branches.pool.run(functools.partial(_rewind, config, None, params), branches, jnp.asarray(np.maximum(cut, 1)))
     return branches
 
 

@@ -37,6 +37,10 @@ from trace_jax.sampling.state import SamplerState, batch_bucket, empty_state, le
 
 PAGE_SIZE = 16  # tokens per page: a fork copies at most this many tokens of its parent's
 FIRST_PAGES = 256  # a pool that grows on demand starts this large, then doubles
+# Decoding gathers each step's live pages (`paged_cache.live_page_attention`) only when they are less than this
+# share of the batch's rows x its longest row: on CPU a gathered page costs about 3 read in place
+# (studies/benchmarks/bench_paged.py), so an alike batch decodes in a dense working copy of its pages instead.
+DENSE_SHARE = 0.35
 
 
 def _bare(lengths) -> PagedKVCache:
@@ -149,14 +153,6 @@ class PagePool:
         self.k, self.v = _enlarge(self.k, self.v, size - self.book.num_pages)
         self.book.grow(size)
 
-    def _reserve(self, rows: PagedRows, lengths: np.ndarray, what: str) -> None:
-        """Every row gets pages for `lengths[i]` tokens (all or nothing)."""
-        need = [max(0, pages_for(lengths[i], self.page_size) - len(p)) for i, p in enumerate(rows.pages)]
-        longest = int(np.argmax(lengths))
-        self._ensure_free(sum(need), f"{what} (the longest row, {longest}, reaches {int(lengths[longest])} tokens)")
-        for i, n in enumerate(need):
-            rows.pages[i] += self.book.take(n)
-
     def _trim(self, rows: PagedRows, lengths: np.ndarray) -> None:
         """Pages past each row's `lengths[i]` tokens go back to the pool."""
         for i, pages in enumerate(rows.pages):
@@ -164,23 +160,30 @@ class PagePool:
             self.book.drop(pages[keep:])
             del pages[keep:]
 
-    def _make_private(self, rows: PagedRows, lengths: np.ndarray) -> None:
-        """The page holding each row's token lengths[i] - 1 (the next write's, or a refeed's) becomes the
-        row's own: shared, it is copied onto a fresh page (copy on write)."""
+    def prepare(self, rows: PagedRows, starts: np.ndarray, ends: np.ndarray, what: str) -> None:
+        """Before a program writes slots starts[i] .. ends[i] - 1 of row i (starts[i] < 0: none): the page holding
+        slot starts[i], if other rows hold it too, is copied onto a fresh page the row then holds alone (copy on
+        write: a fork shares its parent's last page until one of them writes), and the row gets pages up to
+        ends[i] tokens. All or nothing: PoolExhausted, naming what was needed, before anything is taken."""
+        ps = self.page_size
         shared = [i for i, pages in enumerate(rows.pages)
-                  if lengths[i] > 0 and self.book.refs[pages[(int(lengths[i]) - 1) // self.page_size]] > 1]
-        if not shared:
-            return
-        self._ensure_free(len(shared), f"copying {len(shared)} rows' shared last pages")
-        source = np.full(batch_bucket(len(shared)), self.book.num_pages, np.int32)
-        target = source.copy()
-        for j, i in enumerate(shared):
-            index = (int(lengths[i]) - 1) // self.page_size
-            (target[j],) = self.book.take(1)
-            source[j] = rows.pages[i][index]
-            self.book.drop([source[j]])
-            rows.pages[i][index] = int(target[j])
-        self.k, self.v = _copy(self.k, self.v, jnp.asarray(source), jnp.asarray(target))
+                  if 0 <= starts[i] and starts[i] // ps < len(pages) and self.book.refs[pages[starts[i] // ps]] > 1]
+        need = [max(0, pages_for(ends[i], ps) - len(p)) if starts[i] >= 0 else 0 for i, p in enumerate(rows.pages)]
+        longest = int(np.argmax(ends))
+        self._ensure_free(len(shared) + sum(need), f"{what} (the longest row, {longest}, reaches {int(ends[longest])} "
+                                                   f"tokens)")
+        if shared:
+            source = np.full(batch_bucket(len(shared)), self.book.num_pages, np.int32)
+            target = source.copy()
+            for j, i in enumerate(shared):
+                index = int(starts[i]) // ps
+                (target[j],) = self.book.take(1)
+                source[j] = rows.pages[i][index]
+                self.book.drop([source[j]])
+                rows.pages[i][index] = int(target[j])
+            self.k, self.v = _copy(self.k, self.v, jnp.asarray(source), jnp.asarray(target))
+        for i, n in enumerate(need):
+            rows.pages[i] += self.book.take(n)
 
     # --- running a program -------------------------------------------------------------------------
 
@@ -208,8 +211,13 @@ class PagePool:
         return out
 
     def live_pairs(self, lengths: np.ndarray) -> int:
-        """The (row, page) pairs a decode step may attend, bucketed (4 sizes an octave)."""
-        return length_bucket(sum(pages_for(x, self.page_size) for x in lengths), 16)
+        """The (row, page) pairs a decode reaching `lengths` attends per step, bucketed (4 sizes an octave); 0
+        where the rows' live pages fill at least DENSE_SHARE of the rows x the longest row's pages: such a batch
+        decodes faster in a dense working copy (a gather per step costs more than reading the padding)."""
+        live = [pages_for(x, self.page_size) for x in lengths]
+        if sum(live) >= DENSE_SHARE * len(live) * max(live):
+            return 0
+        return length_bucket(sum(live), 16)
 
     # --- rows -------------------------------------------------------------------------------------
 
@@ -275,23 +283,19 @@ class PagePool:
         _drop_all(self.book, rows.pages)
         rows.state = rows.state.replace(cache=_bare(jnp.zeros_like(rows.state.cache.lengths)))
 
-    def reserve(self, rows: PagedRows, lengths: np.ndarray, what: str) -> int:
-        """Pages for `lengths[i]` tokens in row i, taken now; returns the live pairs of a decode reaching them."""
-        self._reserve(rows, lengths, what)
-        return self.live_pairs(lengths)
-
     def trim(self, rows: PagedRows) -> None:
         """Pages past each row's length (reserved, not filled) go back to the pool."""
         self._trim(rows, rows.lengths())
 
     def cut(self, rows: PagedRows, lengths: np.ndarray) -> None:
-        """Rows cut to `lengths` tokens on the host side: pages past them dropped, the last one made private."""
+        """Before rows are cut back to `lengths` tokens and refed their last one (`decoding._rewind`): pages past
+        them dropped, the page of that last token made the row's own."""
         self._trim(rows, lengths)
-        self._make_private(rows, lengths)
+        self.prepare(rows, np.asarray(lengths) - 1, lengths, "cutting rows")
 
     def share(self, prefixes: PagedRows, parents: Sequence[int], lengths: np.ndarray) -> PagedRows:
-        """Row i lists the pages of parent row parents[i]'s first lengths[i] tokens (the last one copied);
-        its other fields are the parent's, its length lengths[i] (rows past the parents: empty padding)."""
+        """Row i lists the pages of parent row parents[i]'s first lengths[i] tokens (copied only when written:
+        `prepare`); its other fields are the parent's, its length lengths[i] (rows past the parents: empty)."""
         index = np.full(batch_bucket(len(parents)), prefixes.batch_size, np.int64)
         index[: len(parents)] = parents
         pages = [list(prefixes.pages[p][: pages_for(n, self.page_size)]) for p, n in zip(parents, lengths)]
@@ -303,7 +307,4 @@ class PagePool:
         cut = np.zeros(len(index), np.int64)
         cut[: len(parents)] = lengths
         state = state.replace(cache=_bare(jnp.asarray(cut.astype(np.int32))))
-        children = PagedRows(self, state, pages, len(parents))
-        self._make_private(children, cut)
-        return children
-
+        return PagedRows(self, state, pages, len(parents))

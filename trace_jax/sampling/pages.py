@@ -1,9 +1,9 @@
 """The host's book of the paged KV pool: which pages are free and how many rows hold each.
 
-Every page a row lists is held by it (a reference); a fork lists its parent's full prefix pages again
-(one more reference each) and gets a private copy of the page its next write would land in, so no page
-is ever written while another row holds it: the invariant `check_private` tests. A page returns to the
-free list with its last reference. Running out is an error naming the row, what it needs and what is
+Every page a row lists is held by it (a reference, `check` tests the counts); a fork lists its parent's
+prefix pages again (one more reference each), and a row about to write into a page another row holds gets
+a copy of its own first (`paged.PagePool.prepare`), so no page is written while another row holds it. A
+page returns to the free list with its last reference. Running out is an error naming the row, what it needs and what is
 free, raised before any device work (a full pool never corrupts a row).
 """
 
@@ -72,14 +72,11 @@ class PageBook:
         np.add.at(self.refs, pages, -1)
         self._free.extend(p for p in dict.fromkeys(reversed(pages)) if self.refs[p] == 0)
 
-    def check_private(self, pages: list[list[int]], lengths: Iterable[int]) -> None:
-        """The book's invariant over every live row (`pages[i]`, `lengths[i]` tokens): each held page is
-        counted once per row listing it, and a row's page holding its last token (and every page after it)
-        is its own, so its next write touches no other row. AssertionError naming the row otherwise."""
+    def check(self, pages: list[list[int]]) -> None:
+        """The book's invariant over every live row (`pages[i]`: the pages row i lists): each page's count is the
+        number of rows listing it. AssertionError naming the first page that differs."""
         counts = np.zeros(self.num_pages, np.int32)
         for row_pages in pages:
             np.add.at(counts, row_pages, 1)
-        assert (counts == self.refs).all(), f"reference counts {self.refs.tolist()} but rows list {counts.tolist()}"
-        for i, (row_pages, length) in enumerate(zip(pages, lengths)):
-            for page in row_pages[max(0, (int(length) - 1) // self.page_size):]:
-                assert self.refs[page] == 1, f"row {i} writes into page {page} that {self.refs[page]} rows hold"
+        wrong = np.flatnonzero(counts != self.refs)
+        assert not len(wrong), f"page {wrong[0]}: {self.refs[wrong[0]]} references but {counts[wrong[0]]} rows list it"

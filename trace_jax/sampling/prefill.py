@@ -182,7 +182,7 @@ def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens:
     wanted[: len(new_tokens)] += [len(t) for t in new_tokens]
     paged = isinstance(state, PagedRows)
     if paged:
-        state.pool.reserve(state, wanted, "prefilling")
+        state.pool.prepare(state, np.where(wanted > lengths, lengths, -1), wanted, "prefilling")
     else:
         state = ensure_capacity(state, int(wanted.max()))
     width = chunk_bucket(longest, max_chunk)
