@@ -5,16 +5,17 @@
 
 a. mixed lengths (15 prompts of 128 tokens and one of 3000, 64 new greedy tokens): paged decode of the mixed
    batch against paged decode of 16 short prompts (the issue's target: <= 2.0; the dense sampler measured
-   6.6x), and against the dense sampler's decode of the same mixed batch; paged prefill (length groups,
-   joined by listing page tables) against the sum of its parts. Each decode runs on a fresh fork of the
-   prefilled rows (paged: shares every page but the last; dense: a copy), the fork included.
+   6.6x), and against the dense sampler's decode of the same mixed batch; the 16 short prompts paged against
+   dense (alike lengths: the paged sampler's dense working copy); paged prefill (length groups, joined by
+   listing page tables) against the sum of its parts. Each decode runs on a fresh copy of the prefilled rows
+   (paged: sharing their pages, the last one copied when written; dense: a copy), the copy included.
 b. a k=8 fork of a 4096-token prefix, each branch then decoding 64 tokens: KV held (pages in use x page bytes)
    against one prefix plus the branches' own tokens (target <= 1.25x) and against the dense layout's k
    full rows; and the rows a fixed KV budget holds on a TRACE stage-2 shape (k=8 branches per prefix)
    paged over dense (target >= 4x), computed from those measured page counts.
 c. tree expansion k=8 from a 512-token prefix, 64 new tokens: paged (prefill once, fork by page table)
    against re-prefilling every branch with the dense sampler (docs/sampler.md's section a: dense tree 2.06x),
-   and against the dense tree.
+   and paged against the dense tree (the target: no slower by more than 5%).
 Ratios are medians of alternating pairs with [min, max] (`bench_sampler.paired`). The last line printed is
 one JSON object with the headline figures.
 """
@@ -36,8 +37,9 @@ from bench_sampler import paired, prompts  # noqa: E402
 from trace_jax.models import init_params, num_params  # noqa: E402
 from trace_jax.models.presets import PRESETS, get_preset  # noqa: E402
 from trace_jax.sampling import SamplingParams, decode, gather_rows, generate, start, tree_expand  # noqa: E402
-from trace_jax.sampling.paged import PagedSampler  # noqa: E402
-from trace_jax.sampling.pages import pages_for  # noqa: E402
+from trace_jax.sampling.decoding import fork_rows  # noqa: E402
+from trace_jax.sampling.fork import plan_fork  # noqa: E402
+from trace_jax.sampling.paged import PagePool  # noqa: E402
 from trace_jax.sampling.state import length_bucket  # noqa: E402
 
 
@@ -46,16 +48,8 @@ def page_bytes(config, page_size: int) -> int:
     return 2 * config.num_layers * config.num_kv_heads * config.head_dim * page_size * np.dtype(config.dtype).itemsize
 
 
-def _paged_decoding(sampler: PagedSampler, rows, greedy):
-    def run():
-        fresh = sampler.fork(rows, list(range(rows.n)))
-        gen = sampler.decode(fresh, greedy, seed=0, row_ids=list(range(rows.n)))
-        sampler.release(fresh)
-        return gen.tokens
-    return run
-
-
-def _dense_decoding(config, params, state, n, greedy):
+def _decoding(config, params, state, n, greedy):
+    """Greedy decoding of a fresh copy of `state`'s rows (on pages: sharing them, the copy dropped after)."""
     def run():
         rows = np.arange(state.batch_size)
         gen, _ = decode(config, params, gather_rows(state, rows), greedy, seed=0, row_ids=rows.tolist(),
@@ -68,63 +62,54 @@ def bench_mixed(config, params, repeats, page_size, short=15, short_len=128, lon
     greedy = SamplingParams(temperature=0.0, max_new_tokens=new_tokens)
     mixed = prompts(short, short_len, config.vocab_size, seed=3) + prompts(1, long_len, config.vocab_size, seed=4)
     all_short = prompts(short + 1, short_len, config.vocab_size, seed=5)
-    pool = 4 * (long_len + (short + 1) * (short_len + 2 * new_tokens))  # both batches and a fork of each
-    sampler = PagedSampler(config, params, num_pages=pages_for(pool, page_size), page_size=page_size)
-    mixed_rows = sampler.start(mixed, reserve=new_tokens)
-    short_rows = sampler.start(all_short, reserve=new_tokens)
-    vs_short = paired(_paged_decoding(sampler, short_rows, greedy), _paged_decoding(sampler, mixed_rows, greedy),
+    pool = PagePool(config, page_size=page_size)
+    paged_mixed = start(config, params, mixed, reserve=new_tokens, pool=pool)
+    paged_short = start(config, params, all_short, reserve=new_tokens, pool=pool)
+    dense_mixed = start(config, params, mixed, reserve=new_tokens)
+    dense_short = start(config, params, all_short, reserve=new_tokens)
+    n = short + 1
+    vs_short = paired(_decoding(config, params, paged_short, n, greedy), _decoding(config, params, paged_mixed, n, greedy),
                       repeats)
-    dense_state = start(config, params, mixed, reserve=new_tokens)
-    vs_dense = paired(_paged_decoding(sampler, mixed_rows, greedy),
-                      _dense_decoding(config, params, dense_state, len(mixed), greedy), repeats)
-    same = np.array_equal(_paged_decoding(sampler, mixed_rows, greedy)()[: len(mixed)],
-                          _dense_decoding(config, params, dense_state, len(mixed), greedy)()[: len(mixed)])
+    vs_dense = paired(_decoding(config, params, paged_mixed, n, greedy), _decoding(config, params, dense_mixed, n, greedy),
+                      repeats)
+    alike = paired(_decoding(config, params, dense_short, n, greedy), _decoding(config, params, paged_short, n, greedy),
+                   repeats)
+    same = np.array_equal(_decoding(config, params, paged_mixed, n, greedy)()[:n],
+                          _decoding(config, params, dense_mixed, n, greedy)()[:n])
 
     def prefill():
-        rows = sampler.start(mixed, reserve=new_tokens)
-        out = rows.state.logits
-        sampler.release(rows)
-        return out
+        return start(config, params, mixed, reserve=new_tokens, pool=pool).logits
 
     def parts():
-        outs = []
-        for part in (mixed[-1:], mixed[:-1]):
-            rows = sampler.start(part, reserve=new_tokens)
-            outs.append(rows.state.logits)
-            sampler.release(rows)
-        return outs
+        return [start(config, params, part, reserve=new_tokens, pool=pool).logits for part in (mixed[-1:], mixed[:-1])]
 
     vs_parts = paired(parts, prefill, repeats)
     print(f"  decode {new_tokens} tokens, paged: mixed {vs_short.slow_s:.2f}s, all short {vs_short.fast_s:.2f}s "
           f"(mixed / short {vs_short.text()}); dense mixed {vs_dense.slow_s:.2f}s (dense / paged {vs_dense.text()}); "
           f"greedy tokens identical: {same}", flush=True)
-    print(f"  paged prefill {vs_parts.slow_s:.2f}s, parts {vs_parts.fast_s:.2f}s (prefill / parts {vs_parts.text()})",
-          flush=True)
+    print(f"  all short, paged / dense: {alike.text()} ({alike.slow_s:.2f}s, {alike.fast_s:.2f}s); paged prefill "
+          f"{vs_parts.slow_s:.2f}s, parts {vs_parts.fast_s:.2f}s (prefill / parts {vs_parts.text()})", flush=True)
     return {"mixed_over_short_decode": vs_short.json(), "dense_over_paged_mixed_decode": vs_dense.json(),
-            "prefill_over_parts": vs_parts.json(), "same_greedy_tokens": bool(same),
+            "paged_over_dense_alike_decode": alike.json(), "prefill_over_parts": vs_parts.json(),
+            "same_greedy_tokens": bool(same),
             "seconds": {"decode_mixed": round(vs_short.slow_s, 3), "decode_short": round(vs_short.fast_s, 3),
-                        "decode_mixed_dense": round(vs_dense.slow_s, 3), "prefill": round(vs_parts.slow_s, 3),
-                        "parts": round(vs_parts.fast_s, 3)}}
+                        "decode_mixed_dense": round(vs_dense.slow_s, 3), "decode_short_dense": round(alike.fast_s, 3),
+                        "prefill": round(vs_parts.slow_s, 3), "parts": round(vs_parts.fast_s, 3)}}
 
 
 def bench_fork_memory(config, params, page_size, prefix_len=4096, k=8, new_tokens=64):
-    sampler = PagedSampler(config, params, num_pages=pages_for(prefix_len, page_size) + k * pages_for(
-        new_tokens + 2 * page_size, page_size) + 8, page_size=page_size)
-    root = sampler.start(prompts(1, prefix_len, config.vocab_size, seed=7), reserve=new_tokens)
-    branches = sampler.fork(root, [0] * k)
-    gen = sampler.decode(branches, SamplingParams(temperature=1.0, max_new_tokens=new_tokens), seed=0,
-                         row_ids=list(range(k)))
+    pool = PagePool(config, page_size=page_size)
+    root = start(config, params, prompts(1, prefix_len, config.vocab_size, seed=7), reserve=new_tokens, pool=pool)
+    branches = fork_rows(config, params, root, plan_fork([0] * k, root.batch_size, None))
+    gen, branches = decode(config, params, branches, SamplingParams(temperature=1.0, max_new_tokens=new_tokens),
+                           seed=0, row_ids=list(range(k)))
     own = int(gen.lengths.sum())
-    held_tokens = sampler.book.held * page_size
+    held_tokens = pool.book.held * page_size
     minimum = prefix_len + own  # one prefix plus the branches' own tokens
     dense_tokens = k * length_bucket(prefix_len + new_tokens)  # k rows of the dense cache's capacity
     # Rows per fixed KV budget on a stage-2 shape (k branches per prefix): per row, paged holds its share of
     # the prefix and its own pages; dense a whole row.
-    paged_per_row = held_tokens / k
-    rows_ratio = dense_tokens / k / paged_per_row
-    sampler.release(branches)
-    sampler.release(root)
-    assert sampler.book.held == 0
+    rows_ratio = dense_tokens / held_tokens
     print(f"  k={k} fork of a {prefix_len}-token prefix, {own} branch tokens: paged holds {held_tokens} token slots "
           f"({held_tokens * page_bytes(config, page_size) // page_size / 2**20:.1f} MiB), "
           f"{held_tokens / minimum:.3f}x one prefix + branches; dense {dense_tokens} ({dense_tokens / minimum:.2f}x); "
@@ -137,15 +122,11 @@ def bench_fork_memory(config, params, page_size, prefix_len=4096, k=8, new_token
 def bench_tree(config, params, repeats, page_size, k=8, prefix_len=512, new_tokens=64):
     sampling = SamplingParams(max_new_tokens=new_tokens)
     prefix = prompts(1, prefix_len, config.vocab_size)
-    sampler = PagedSampler(config, params, num_pages=pages_for(prefix_len, page_size) + k * pages_for(
-        new_tokens + 2 * page_size, page_size) + 8, page_size=page_size)
+    pool = PagePool(config, page_size=page_size)
 
     def paged_tree():
-        root = sampler.start(prefix, reserve=new_tokens)
-        branches = sampler.fork(root, [0] * k)
-        gen = sampler.decode(branches, sampling, seed=0, row_ids=list(range(k)))
-        sampler.release(branches)
-        sampler.release(root)
+        root = start(config, params, prefix, reserve=new_tokens, pool=pool)
+        gen, _ = tree_expand(config, params, root, [0] * k, sampling, seed=0, row_ids=range(k))
         return gen.tokens
 
     def dense_tree():
@@ -157,10 +138,10 @@ def bench_tree(config, params, repeats, page_size, k=8, prefix_len=512, new_toke
         return gen.tokens
 
     vs_reprefill = paired(paged_tree, reprefill, repeats)
-    vs_dense = paired(paged_tree, dense_tree, repeats)
+    vs_dense = paired(dense_tree, paged_tree, repeats)
     print(f"  k={k}: paged tree {vs_reprefill.fast_s:.2f}s, re-prefill {vs_reprefill.slow_s:.2f}s "
-          f"({vs_reprefill.text()}); dense tree {vs_dense.slow_s:.2f}s (dense / paged {vs_dense.text()})", flush=True)
-    return {"reprefill_over_paged_tree": vs_reprefill.json(), "dense_tree_over_paged_tree": vs_dense.json()}
+          f"({vs_reprefill.text()}); dense tree {vs_dense.fast_s:.2f}s (paged / dense {vs_dense.text()})", flush=True)
+    return {"reprefill_over_paged_tree": vs_reprefill.json(), "paged_over_dense_tree": vs_dense.json()}
 
 
 def main():

@@ -72,6 +72,10 @@ def _updated(update):
     ({"task.seed": 2 ** 40}, "task.seed"),
     ({"learner.mini_batches": 0}, "learner.mini_batches"),
     ({"eval.sample_every": -1}, "eval.sample_every"),
+    # issue 55: the KV page pool
+    ({"rl.kv_layout": "blocks"}, "rl.kv_layout"),
+    ({"rl.kv_page_size": 0}, "rl.kv_page_size"),
+    ({"rl.kv_max_pages": 2}, "'rl.kv_max_pages'=2 x 'rl.kv_page_size'=16 = 32 KV tokens cannot hold one rollout row"),
 ])
 def test_bad_fields_are_named(update, culprit):
     with pytest.raises(ConfigError, match=culprit.replace(".", r"\.")):

@@ -86,6 +86,14 @@ class RLSection:
         False: they are dropped and a fork prefills its anchor's prefix again (counted in the ledger's
         tokens_reprefilled), in waves of decode_slots anchors: the live cache is bounded by the slot
         table, not the step's rollouts (paper-scale configs; `continuous.Batching.keep_prefixes`).
+      kv_layout: where rollouts keep their KV cache. "paged": in a pool of pages of kv_page_size tokens
+        (`sampling/paged.py`): a fork shares its prefix's pages, rows of very different lengths decode over
+        their own pages only (studies/benchmarks/bench_paged.py: 2.0x faster than dense on a mixed batch, 8.6x
+        the rows per KV budget on a k=8 fork); one device's: a run on a mesh decodes on the dense cache (it
+        says so when it starts). "dense": one buffer per layer, every row as long as the longest.
+      kv_page_size: tokens per KV page (a fork copies at most one page of its parent's).
+      kv_max_pages: the most pages the pool may grow to (0: no limit; it grows by doubling as rollouts need).
+        A rollout batch that needs more stops with an error naming what it needed.
     """
 
     steps: int = ranged(80, AT_LEAST_0)
@@ -98,6 +106,9 @@ class RLSection:
     decode_slots: int = ranged(0, AT_LEAST_0)
     overlap_tools: bool = False
     keep_prefixes: bool = True
+    kv_layout: str = ranged("paged", ("paged", "dense"))
+    kv_page_size: int = ranged(16, AT_LEAST_1)
+    kv_max_pages: int = ranged(0, AT_LEAST_0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -224,15 +235,17 @@ def parse(config) -> RunConfig:
 # (not the RL seed: every run of a comparison restores one SFT checkpoint). An RL checkpoint: every
 # field except those a resumed run may change (train longer, evaluate differently, another mesh).
 SFT_SETTINGS = ("model", "task", "sft")
-RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "eval",
-                      "checkpoint", "mesh", "learner.remat", "learner.layout")
+RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools",
+                      "rl.kv_layout", "rl.kv_page_size", "rl.kv_max_pages", "eval", "checkpoint", "mesh",
+                      "learner.remat", "learner.layout")
 
-# How a run computes, not what it computes: the rollout scheduler and the learner's sequence layout sample
-# from the same distributions and give the same losses and gradients up to float rounding (greedy rollouts are
-# token for token the same: tests/rollout/test_continuous.py; the packed learner equals the per-path one to
-# 1e-5: tests/rl/batches/test_packed.py). A comparison identifies a run without them (`identity`), so a stored
+# How a run computes, not what it computes: the rollout scheduler, the KV cache's layout and the learner's
+# sequence layout sample from the same distributions and give the same losses and gradients up to float rounding
+# (rollouts are token for token the same: tests/rollout/test_continuous.py, on pages too; the packed learner
+# equals the per-path one to 1e-5: tests/rl/batches/test_packed.py). A comparison identifies a run without them (`identity`), so a stored
 # run is read back whichever scheduler or layout ran it, and switching either reruns nothing.
-EXECUTION_SETTINGS = ("rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "learner.layout", "eval.decode_chunk")
+EXECUTION_SETTINGS = ("rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "rl.kv_layout", "rl.kv_page_size",
+                      "rl.kv_max_pages", "learner.layout", "eval.decode_chunk")
 
 
 # The version of `identity`: bumped when what defines a stored run changes. Version 2 is every field of every

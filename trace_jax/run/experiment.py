@@ -33,6 +33,7 @@ from trace_jax.parallel.rules import to_sampling_layout
 from trace_jax.rollout.agent_loop import Policy
 from trace_jax.rollout.continuous import Batching
 from trace_jax.sampling import SamplingParams
+from trace_jax.sampling.paged import PagePool
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -67,6 +68,7 @@ class Setup:
     sampling: SamplingParams
     eval_groups: list[EvalGroup]
     mesh: Mesh | None = None  # the configured (data, fsdp, tensor) mesh; None on one device
+    pages: PagePool | None = None  # the rollouts' KV page pool (rl.kv_layout="paged" on one device), kept all run
 
     def policy(self, params=None) -> Policy:
         """The sampling policy; on a mesh its params are resharded into the sampling layout
@@ -74,7 +76,8 @@ class Setup:
         params = self.params if params is None else params
         return Policy(self.model_config, to_sampling_layout(params, self.mesh), self.sampling, self.renderer,
                       Batching(chunk=self.run.rl.decode_chunk, slots=self.run.rl.decode_slots,
-                               overlap_tools=self.run.rl.overlap_tools, keep_prefixes=self.run.rl.keep_prefixes))
+                               overlap_tools=self.run.rl.overlap_tools, keep_prefixes=self.run.rl.keep_prefixes),
+                      self.pages)
 
 
 def _world(task: TaskConfig):
@@ -169,8 +172,14 @@ def build(config, workdir: str) -> Setup:
     model_config = model_config.replace(remat=run.learner.remat)
     mesh_shape = (run.mesh.data, run.mesh.fsdp, run.mesh.tensor)
     mesh = make_mesh(*mesh_shape) if np.prod(mesh_shape) > 1 else None
+    pages = None
+    if run.rl.kv_layout == "paged" and mesh is None:
+        pages = PagePool(model_config, page_size=run.rl.kv_page_size, max_pages=run.rl.kv_max_pages)
+    elif run.rl.kv_layout == "paged":
+        print(f"rl.kv_layout='paged' is one device's: this run on a {mesh_shape} mesh decodes on the dense KV cache",
+              flush=True)
     return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling,
-                 _eval_groups(run, source, env), mesh)
+                 _eval_groups(run, source, env), mesh, pages)
 
 
 def train_tasks(setup: Setup) -> list:

@@ -260,7 +260,7 @@ def tree_expand(config: ModelConfig, params: Params, prefixes: SamplerState | Se
     """
     if len(parent_index) != len(row_ids):
         raise ValueError(f"{len(parent_index)} parents but {len(row_ids)} row ids")
-    if not isinstance(prefixes, SamplerState):
+    if not isinstance(prefixes, (SamplerState, PagedRows)):
         prefixes = start(config, params, prefixes, reserve=sampling.max_new_tokens)
     plan = plan or plan_fork(parent_index, prefixes.batch_size, mesh_of(prefixes))
     branches = fork_rows(config, params, prefixes, plan, fork_lengths)
