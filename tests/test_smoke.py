@@ -17,11 +17,15 @@ from trace_jax.rl.advantages import AdvantageConfig, estimate
 from trace_jax.rl.losses import LossConfig
 from trace_jax.rollout.agent_loop import RolloutEngine
 from trace_jax.rollout.tree import step_statistics
+from trace_jax.sampling.paged import PagePool
 
 
-def test_one_trace_step_end_to_end(tiny_setup):
+@pytest.mark.parametrize("kv", ["paged", "dense"])
+def test_one_trace_step_end_to_end(tiny_setup, kv):
     t0 = time.perf_counter()
     policy, config = tiny_setup.policy, tiny_setup.config
+    if kv == "paged":  # the default of a run on one device (rl.kv_layout)
+        policy = dataclasses.replace(policy, pages=PagePool(config))
     budget = allocation.BudgetConfig(rollouts=16, prompts=4, candidates=8, m_min=2, m_max=4, rounds=2)
     allocator = allocation.make("trace", budget, seed=0,
                                 predictor=SuccessPredictor(feature_width(config.hidden_size), seed=0))

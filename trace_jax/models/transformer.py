@@ -20,7 +20,8 @@ from trace_jax.models.attention import (MASKED, ATTENTION_BLOCK, PACKED_ATTENTIO
                                         fused_attention_implementation)
 from trace_jax.models.cache import KVCache
 from trace_jax.models.config import ModelConfig
-from trace_jax.models.paged_cache import PagedKVCache, live_page_attention, view, write
+from trace_jax.models.paged_cache import (BlockWrites, PackedKVCache, PagedKVCache, block_attention, block_write,
+                                         view, write)
 from trace_jax.models.rope import apply_rope, sin_cos
 
 Params = dict[str, Any]
@@ -64,8 +65,8 @@ class Attention(nnx.Module):
 
     def __call__(self, x, sin, cos, mask, kv=None, write_slots=None, paging=None):
         """x [B,S,D]; mask [B,S,T] bool (or a `CausalMask` when kv is None); write_slots [B,S]; kv None or
-        (k_cache [B,K,H,T], v_cache [B,K,T,H]), or with `paging` = (page_tables, lengths after the chunk, live
-        pairs, valid [B,S]) the pool's pages (k [P,K,H,page], v [P,K,page,H]: `paged_cache.py`).
+        (k_cache [B,K,H,T], v_cache [B,K,T,H]); with `paging` (`paged_cache.PageWrites`) the pool's pages
+        (k [P,K,H,page], v [P,K,page,H]), with `BlockWrites` a decode call's packed blocks (`paged_cache.py`).
 
         Keys are cached slot-minor, values head-minor: both attention products then reduce over an
         outer axis and vectorize over the contiguous one, with no transpose of the cache.
@@ -79,13 +80,13 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, sin, cos), apply_rope(k, sin, cos)
         G = c.num_heads // c.num_kv_heads
-        if paging is not None:
-            tables, lengths, pairs, valid = paging
-            kv = write(kv[0], kv[1], tables, write_slots, k, v, valid)
-            if S == 1 and pairs:  # decoding (a refeed of one token has no pairs listed: it reads the view)
-                out = live_page_attention(q.reshape(B, c.num_kv_heads, G, c.head_dim), *kv, tables, lengths, pairs)
-                return self.o_proj(out.astype(q.dtype).reshape(B, 1, c.num_heads * c.head_dim)), kv
-            keys, values = (x.astype(q.dtype) for x in view(*kv, tables))
+        if isinstance(paging, BlockWrites):  # a decode step on a packed working copy of pages
+            kv = block_write(kv[0], kv[1], paging, write_slots, k, v)
+            out = block_attention(q.reshape(B, c.num_kv_heads, G, c.head_dim), *kv, paging)
+            return self.o_proj(out.astype(q.dtype).reshape(B, 1, c.num_heads * c.head_dim)), kv
+        if paging is not None:  # a chunk on pages: written there, attended over the rows' view
+            kv = write(kv[0], kv[1], paging.tables, write_slots, k, v, paging.valid)
+            keys, values = (x.astype(q.dtype) for x in view(*kv, paging.tables))
         elif kv is not None:
             rows = jnp.arange(B)[:, None]
             k_cache = kv[0].at[rows, :, :, write_slots].set(k.astype(kv[0].dtype), mode="drop")
@@ -174,8 +175,8 @@ class Transformer(nnx.Module):
         """hidden [..., D] -> logits [..., V] through the (tied or separate) LM head."""
         return self.embed_tokens.attend(hidden) if self.config.tie_word_embeddings else self.lm_head(hidden)
 
-    def __call__(self, tokens, positions, cache: KVCache | PagedKVCache | None = None, attention_mask=None,
-                 return_logits=True, segments=None):
+    def __call__(self, tokens, positions, cache: KVCache | PagedKVCache | PackedKVCache | None = None,
+                 attention_mask=None, return_logits=True, segments=None):
         c = self.config
         B, S = tokens.shape
         valid = jnp.ones((B, S), bool) if attention_mask is None else attention_mask.astype(bool)
@@ -199,8 +200,7 @@ class Transformer(nnx.Module):
             write_slots = cache.lengths[:, None] + jnp.arange(S)[None, :]  # [B, S]
             mask = _cached_mask(cache.lengths, valid, cache.max_len)
             new_lengths = cache.lengths + valid.sum(axis=1, dtype=jnp.int32)
-            paging = ((cache.page_tables, new_lengths, cache.live_pages, valid) if isinstance(cache, PagedKVCache)
-                      else None)
+            paging = cache.writes(valid, new_lengths) if isinstance(cache, (PagedKVCache, PackedKVCache)) else None
 
             # A Python loop over layers: each layer's cache buffer is updated in place and read
             # directly (slicing a stacked cache inside a scan costs a copy per layer per step on

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from trace_jax.models.config import ModelConfig
-from trace_jax.models.paged_cache import PagedKVCache, dense_copy, write_back
+from trace_jax.models.paged_cache import PagedKVCache, dense_copy, pack, unpack, write_back
 from trace_jax.models.transformer import Params, forward
 from trace_jax.parallel.host import to_host
 from trace_jax.sampling.fork import ForkPlan, gather_rows, plan_fork
@@ -117,12 +117,14 @@ def _decode(config: ModelConfig, sampling: SamplingParams, steps: int, mesh, par
         done = done | hit_stop | (positions + out["lengths"] >= N)
         return i + 1, state, out, done
 
-    paged = state.cache if isinstance(state.cache, PagedKVCache) and not state.cache.live_pages else None
-    if paged is not None:  # an alike batch on pages: decoded in a dense working copy, new tokens written back
-        state = state.replace(cache=dense_copy(paged))
+    paged = state.cache if isinstance(state.cache, PagedKVCache) else None
+    if paged is not None:  # on pages: decoded in a working copy of them, the new tokens written back at the end
+        reach = paged.lengths + jnp.where(active, jnp.clip(N - positions, 0, steps), 0)  # as the host reserved
+        state = state.replace(cache=pack(paged, reach, paged.packed_blocks) if paged.packed_blocks
+                              else dense_copy(paged))
     _, state, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out, ~active | (positions >= N)))
     if paged is not None:
-        state = state.replace(cache=write_back(paged, state.cache, steps))
+        state = state.replace(cache=(unpack if paged.packed_blocks else write_back)(paged, state.cache, steps))
     return out, constrain(state, mesh)
 
 
@@ -141,7 +143,7 @@ def truncate(config: ModelConfig, params: Params, state: SamplerState, lengths: 
     mesh = mesh_of(state)
     if isinstance(state, PagedRows):
         state.pool.cut(state, np.where([len(p) > 0 for p in state.pages], cut, 0))
-        state.pool.run(functools.partial(_rewind, config, None, params), state, jnp.asarray(cut.astype(np.int32)))
+        state.pool.run(functools.partial(_rewind, config, None, params), state, put_rows(cut.astype(np.int32), None))
         return state
     return _rewind(config, mesh, params, state, put_rows(cut.astype(np.int32), mesh))
 
@@ -174,9 +176,10 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
     ids[:n] = np.asarray(row_ids, np.uint32)
     if isinstance(state, PagedRows):  # pages for the call's tokens first; the unfilled ones back after
         state.pool.prepare(state, np.where(live, lengths, -1), reach, "decoding")
-        pairs = state.pool.live_pairs(reach)
+        blocks = state.pool.packed_blocks(reach)
         out, _ = state.pool.run(functools.partial(_decode, config, sampling, steps, None, params), state,
-                                np.uint32(seed), ids, live, done, pairs=pairs, capacity=int(reach.max()))
+                                put_replicated(np.uint32(seed), None), *(put_rows(x, None) for x in (ids, live, done)),
+                                blocks=blocks, capacity=int(reach.max()))
         state.pool.trim(state)
     else:
         if live.any():
@@ -236,7 +239,8 @@ def _fork_paged(config, params, prefixes: PagedRows, plan: ForkPlan, fork_length
         cut = np.zeros(branches.batch_size, np.int32)
         cut[: len(wanted)] = wanted
         branches.pool.cut(branches, cut)
-        branches.pool.run(functools.partial(_rewind, config, None, params), branches, jnp.asarray(np.maximum(cut, 1)))
+        branches.pool.run(functools.partial(_rewind, config, None, params), branches,
+                          put_rows(np.maximum(cut, 1), None))
     return branches
 
 

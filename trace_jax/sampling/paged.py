@@ -30,37 +30,56 @@ import jax.numpy as jnp
 import numpy as np
 
 from trace_jax.models.config import ModelConfig
-from trace_jax.models.paged_cache import PagedKVCache, copy_pages, init_pages
+from trace_jax.models.paged_cache import PagedKVCache, block_size, copy_pages, init_pages
 from trace_jax.parallel.host import to_host
 from trace_jax.sampling.pages import PageBook, PoolExhausted, pages_for
-from trace_jax.sampling.state import SamplerState, batch_bucket, empty_state, length_bucket
+from trace_jax.sampling.state import SamplerState, batch_bucket, empty_state, length_bucket, put_replicated
 
 PAGE_SIZE = 16  # tokens per page: a fork copies at most this many tokens of its parent's
 FIRST_PAGES = 256  # a pool that grows on demand starts this large, then doubles
-# Decoding gathers each step's live pages (`paged_cache.live_page_attention`) only when they are less than this
-# share of the batch's rows x its longest row: on CPU a gathered page costs about 3 read in place
-# (studies/benchmarks/bench_paged.py), so an alike batch decodes in a dense working copy of its pages instead.
-DENSE_SHARE = 0.35
+# A decode call packs its rows' live blocks (`paged_cache.pack`) when they are less than this share of rows x the
+# longest row's blocks; an alike batch decodes in a dense working copy of its pages (as fast, fewer programs).
+DENSE_SHARE = 0.5
 
 
-def _bare(lengths) -> PagedKVCache:
-    """A stored state's cache: the lengths alone (the pool is the sampler's, the tables the host's)."""
+def _device(array) -> jax.Array:
+    """A host array on the device, explicitly (runs under `jax.transfer_guard("disallow")`: tests/test_smoke.py)."""
+    return put_replicated(array, None)
+
+
+@jax.jit
+def _bare(lengths, keep=None) -> PagedKVCache:
+    """A stored state's cache: the lengths alone (the pool is the sampler's, the tables the host's), 0 where
+    not `keep` (if given)."""
+    lengths = lengths if keep is None else jnp.where(keep, lengths, 0)
     return PagedKVCache(k=(), v=(), page_tables=jnp.zeros((lengths.shape[0], 1), jnp.int32), lengths=lengths)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _empty(config: ModelConfig, batch: int, capacity: int) -> SamplerState:
+    state = empty_state(config, batch, 1, None)
+    return state.replace(cache=_bare(state.cache.lengths), tokens=jnp.zeros((batch, capacity), jnp.int32))
 
 
 @functools.partial(jax.jit, static_argnums=(1,))
 def _take(state: SamplerState, capacity: int, rows, keep) -> SamplerState:
-    """Rows `rows` of a pool-less state (lengths 0 where not `keep`), token history padded or cut to `capacity`."""
+    """Rows `rows` of a pool-less state (lengths 0 where not `keep`, if given), token history padded or cut to
+    `capacity`."""
     state = jax.tree.map(lambda x: jnp.take(x, rows, axis=0, mode="clip"), state)
     tokens = state.tokens[:, :capacity]
     tokens = jnp.pad(tokens, [(0, 0), (0, capacity - tokens.shape[1])])
-    return state.replace(tokens=tokens, cache=_bare(jnp.where(keep, state.cache.lengths, 0)))
+    return state.replace(tokens=tokens, cache=_bare(state.cache.lengths, keep))
 
 
 @functools.partial(jax.jit, donate_argnums=0)
 def _put(state: SamplerState, rows, sub: SamplerState) -> SamplerState:
     """Rows of `sub` written into rows `rows` of `state` (same capacity; indices past the batch dropped)."""
     return jax.tree.map(lambda x, y: x.at[rows].set(y, mode="drop"), state, sub)
+
+
+@jax.jit
+def _join(states: list[SamplerState]) -> SamplerState:
+    return jax.tree.map(lambda *x: jnp.concatenate(x), *states)
 
 
 @functools.partial(jax.jit, donate_argnums=(0, 1))
@@ -104,7 +123,7 @@ class PagedRows:
         """Room for `capacity` tokens per row (the token history; pages are taken when written)."""
         capacity = self.pool.slots(capacity)
         if capacity > self.capacity:
-            self.state = _take(self.state, capacity, np.arange(self.batch_size), True)
+            self.state = _take(self.state, capacity, _device(np.arange(self.batch_size)), None)
         return self
 
     def _handed_on(self) -> list[list[int]]:
@@ -181,7 +200,7 @@ class PagePool:
                 source[j] = rows.pages[i][index]
                 self.book.drop([source[j]])
                 rows.pages[i][index] = int(target[j])
-            self.k, self.v = _copy(self.k, self.v, jnp.asarray(source), jnp.asarray(target))
+            self.k, self.v = _copy(self.k, self.v, _device(source), _device(target))
         for i, n in enumerate(need):
             rows.pages[i] += self.book.take(n)
 
@@ -193,28 +212,29 @@ class PagePool:
             table[i, : len(pages)] = pages
         return table
 
-    def run(self, program, rows: PagedRows, *args, pairs: int = 0, capacity: int = 0):
+    def run(self, program, rows: PagedRows, *args, blocks: int = 0, capacity: int = 0):
         """`program(state, *args)` on the rows with the pool attached (donated, taken back), page tables as
         wide as `capacity` slots (the token history grows with them); returns what the program returns."""
         capacity = self.slots(max(capacity, max(len(p) for p in rows.pages) * self.page_size, rows.capacity))
         state = rows.state
         if capacity != state.capacity:
-            state = _take(state, capacity, np.arange(rows.batch_size), True)
-        table = jnp.asarray(self._table(rows, capacity // self.page_size))
-        cache = PagedKVCache(k=self.k, v=self.v, page_tables=table, lengths=state.cache.lengths, live_pages=pairs)
+            state = _take(state, capacity, _device(np.arange(rows.batch_size)), None)
+        table = _device(self._table(rows, capacity // self.page_size))
+        cache = PagedKVCache(k=self.k, v=self.v, page_tables=table, lengths=state.cache.lengths, packed_blocks=blocks)
         out = program(state.replace(cache=cache), *args)
         new = out if isinstance(out, SamplerState) else out[1]
         self.k, self.v = new.cache.k, new.cache.v
         # a row with no page (padding) stays empty, whatever the program counted
-        paged = jnp.asarray(np.array([len(p) > 0 for p in rows.pages]))
-        rows.state = new.replace(cache=_bare(jnp.where(paged, new.cache.lengths, 0)))
+        paged = _device(np.array([len(p) > 0 for p in rows.pages]))
+        rows.state = new.replace(cache=_bare(new.cache.lengths, paged))
         return out
 
-    def live_pairs(self, lengths: np.ndarray) -> int:
-        """The (row, page) pairs a decode reaching `lengths` attends per step, bucketed (4 sizes an octave); 0
-        where the rows' live pages fill at least DENSE_SHARE of the rows x the longest row's pages: such a batch
-        decodes faster in a dense working copy (a gather per step costs more than reading the padding)."""
-        live = [pages_for(x, self.page_size) for x in lengths]
+    def packed_blocks(self, reach: np.ndarray) -> int:
+        """The blocks of a decode's packed working copy for rows reaching `reach` tokens (`paged_cache.pack`),
+        bucketed (4 sizes an octave); 0 where they fill at least DENSE_SHARE of rows x the longest row's blocks:
+        such a batch decodes as fast in a dense working copy, and that compiles fewer programs."""
+        block = block_size(self.page_size)
+        live = [pages_for(x, block) for x in reach]
         if sum(live) >= DENSE_SHARE * len(live) * max(live):
             return 0
         return length_bucket(sum(live), 16)
@@ -223,9 +243,7 @@ class PagePool:
 
     def empty(self, rows: int, capacity: int = 1) -> PagedRows:
         """`rows` rows (a batch bucket) holding nothing."""
-        state = empty_state(self.config, batch_bucket(rows), 1, None)
-        state = state.replace(cache=_bare(state.cache.lengths),
-                              tokens=jnp.zeros((state.batch_size, self.slots(capacity)), jnp.int32))
+        state = _empty(self.config, batch_bucket(rows), self.slots(capacity))
         return PagedRows(self, state, [[] for _ in range(state.batch_size)], rows)
 
     def take(self, rows: PagedRows, index: Sequence[int], *, consume: bool = False) -> PagedRows:
@@ -240,7 +258,7 @@ class PagePool:
         else:
             for p in pages:
                 self.book.hold(p)
-        state = _take(rows.state, rows.capacity, jnp.asarray(index), jnp.asarray(first))
+        state = _take(rows.state, rows.capacity, _device(index), _device(first))
         return PagedRows(self, state, pages, len(index))
 
     def put(self, target: PagedRows, index: Sequence[int], sub: PagedRows) -> PagedRows:
@@ -248,8 +266,8 @@ class PagePool:
         past `target`'s rows are padding); the rows' old pages are dropped. Returns `target`."""
         capacity = max(target.capacity, sub.capacity)
         if target.capacity < capacity:
-            target.state = _take(target.state, capacity, np.arange(target.batch_size), True)
-        sub_state = _take(sub.state, capacity, np.arange(sub.batch_size), True)
+            target.state = _take(target.state, capacity, _device(np.arange(target.batch_size)), None)
+        sub_state = _take(sub.state, capacity, _device(np.arange(sub.batch_size)), None)
         handed = sub._handed_on()
         for i, r in enumerate(index):
             if r < target.batch_size:
@@ -259,15 +277,15 @@ class PagePool:
                 self.book.drop(handed[i])
         padded = np.full(sub.batch_size, target.batch_size, np.int32)
         padded[: len(index)] = index
-        target.state = _put(target.state, jnp.asarray(padded), sub_state)
+        target.state = _put(target.state, _device(padded), sub_state)
         return target
 
     def concat(self, parts: Sequence[PagedRows]) -> tuple[PagedRows, list[int]]:
         """The rows of several PagedRows in one (sharing their pages) and each part's offset in it."""
         offsets = np.cumsum([0] + [p.batch_size for p in parts[:-1]]).tolist()
         capacity = max(p.capacity for p in parts)
-        states = [_take(p.state, capacity, np.arange(p.batch_size), True) for p in parts]
-        joined = jax.tree.map(lambda *x: jnp.concatenate(x), *states)
+        states = [_take(p.state, capacity, _device(np.arange(p.batch_size)), None) for p in parts]
+        joined = _join(states)
         total = sum(p.batch_size for p in parts)
         pages = [list(row) for p in parts for row in p.pages]
         for row in pages:
@@ -281,7 +299,7 @@ class PagePool:
     def release(self, rows: PagedRows) -> None:
         """Every page of the rows goes back to the pool (the rows are then empty)."""
         _drop_all(self.book, rows.pages)
-        rows.state = rows.state.replace(cache=_bare(jnp.zeros_like(rows.state.cache.lengths)))
+        rows.state = rows.state.replace(cache=_bare(rows.state.cache.lengths, _device(np.zeros(rows.batch_size, bool))))
 
     def trim(self, rows: PagedRows) -> None:
         """Pages past each row's length (reserved, not filled) go back to the pool."""
@@ -303,8 +321,8 @@ class PagePool:
         for p in pages:
             self.book.hold(p)
         keep = np.arange(len(index)) < len(parents)
-        state = _take(prefixes.state, prefixes.capacity, jnp.asarray(index), jnp.asarray(keep))
+        state = _take(prefixes.state, prefixes.capacity, _device(index), _device(keep))
         cut = np.zeros(len(index), np.int64)
         cut[: len(parents)] = lengths
-        state = state.replace(cache=_bare(jnp.asarray(cut.astype(np.int32))))
+        state = state.replace(cache=_bare(_device(cut.astype(np.int32))))
         return PagedRows(self, state, pages, len(parents))

@@ -195,8 +195,8 @@ def extend(config: ModelConfig, params: Params, state: SamplerState, new_tokens:
             chunk[i, : len(piece)] = piece
             mask[i, : len(piece)] = True
         if paged:
-            state.pool.run(functools.partial(_append, config, None, params), state, chunk, mask,
-                           capacity=int(wanted.max()))
+            state.pool.run(functools.partial(_append, config, None, params), state, put_rows(chunk, None),
+                           put_rows(mask, None), capacity=int(wanted.max()))
         else:
             state = _append(config, mesh, params, state, put_rows(chunk, mesh), put_rows(mask, mesh))
     return state
