@@ -16,6 +16,8 @@ b. a k=8 fork of a 4096-token prefix, each branch then decoding 64 tokens: KV he
 c. tree expansion k=8 from a 512-token prefix, 64 new tokens: paged (prefill once, fork by page table)
    against re-prefilling every branch with the dense sampler (docs/sampler.md's section a: dense tree 2.06x),
    and paged against the dense tree (the target: no slower by more than 5%).
+d. multi-turn rollouts (4 turns, 128-token observations, batch 8): the cache kept on pages (`extend`) against
+   re-prefilling the history every turn (bench_sampler's section b: 2.26x dense), and against the dense cache kept.
 Ratios are medians of alternating pairs with [min, max] (`bench_sampler.paired`). The last line printed is
 one JSON object with the headline figures.
 """
@@ -36,7 +38,7 @@ from bench_sampler import paired, prompts  # noqa: E402
 
 from trace_jax.models import init_params, num_params  # noqa: E402
 from trace_jax.models.presets import PRESETS, get_preset  # noqa: E402
-from trace_jax.sampling import SamplingParams, decode, gather_rows, generate, start, tree_expand  # noqa: E402
+from trace_jax.sampling import SamplingParams, decode, extend, gather_rows, generate, start, tree_expand  # noqa: E402
 from trace_jax.sampling.decoding import fork_rows  # noqa: E402
 from trace_jax.sampling.fork import plan_fork  # noqa: E402
 from trace_jax.sampling.paged import PagePool  # noqa: E402
@@ -144,20 +146,55 @@ def bench_tree(config, params, repeats, page_size, k=8, prefix_len=512, new_toke
     return {"reprefill_over_paged_tree": vs_reprefill.json(), "paged_over_dense_tree": vs_dense.json()}
 
 
+def bench_multiturn(config, params, repeats, page_size, batch=8, turns=4, prompt_len=128, obs_len=128,
+                    new_tokens=64):
+    """bench_sampler's section b (cache kept across turns vs re-prefilling the history) with the cache on pages."""
+    sampling = SamplingParams(max_new_tokens=new_tokens)
+    first = prompts(batch, prompt_len, config.vocab_size, seed=1)
+    observations = [prompts(batch, obs_len, config.vocab_size, seed=10 + t) for t in range(turns - 1)]
+    pool = PagePool(config, page_size=page_size)
+
+    def cached(pages):
+        def run():
+            gen, state = generate(config, params, first, sampling, seed=0, pool=pages)
+            for t in range(turns - 1):
+                state = extend(config, params, state, observations[t])
+                gen, state = decode(config, params, state, sampling, seed=t + 1, row_ids=range(batch))
+            return gen.tokens
+        return run
+
+    def reprefill():
+        history = [list(p) for p in first]
+        for t in range(turns):
+            gen, _ = generate(config, params, history, sampling, seed=t)
+            if t < turns - 1:
+                history = [h + gen.row(i) + observations[t][i] for i, h in enumerate(history)]
+        return gen.tokens
+
+    vs_reprefill = paired(cached(pool), reprefill, repeats)
+    vs_dense = paired(cached(None), cached(pool), repeats)
+    print(f"  {turns} turns x {obs_len}-token observations, batch {batch}: paged cache kept {vs_reprefill.fast_s:.2f}s, "
+          f"re-prefill {vs_reprefill.slow_s:.2f}s ({vs_reprefill.text()}); dense cache kept {vs_dense.fast_s:.2f}s "
+          f"(paged / dense {vs_dense.text()})", flush=True)
+    return {"reprefill_over_paged_multiturn": vs_reprefill.json(), "paged_over_dense_multiturn": vs_dense.json()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="alternating pairs per ratio (>= 1; quote >= 5)")
     parser.add_argument("--quick", action="store_true", help="1 pair, shorter prompts")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--page_size", type=int, default=16)
-    parser.add_argument("--sections", default="abc", help="which of the sections a-c to run")
+    parser.add_argument("--sections", default="abcd", help="which of the sections a-d to run")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.preset not in PRESETS:
         parser.error(f"--preset {args.preset!r} is not one of {sorted(PRESETS)}")
-    if not args.sections or set(args.sections) - set("abc"):
-        parser.error(f"--sections {args.sections!r}: letters among a, b, c")
+    if args.page_size < 1:
+        parser.error(f"--page_size must be >= 1, got {args.page_size}")
+    if not args.sections or set(args.sections) - set("abcd"):
+        parser.error(f"--sections {args.sections!r}: letters among a, b, c, d")
     repeats = 1 if args.quick else args.repeats
     config = get_preset(args.preset)
     params = init_params(config, 0)
@@ -176,6 +213,9 @@ def main():
     if "c" in args.sections:
         print("c. tree expansion k=8 from a 512-token prefix, 64 new tokens")
         summary["tree"] = bench_tree(config, params, repeats, args.page_size, prefix_len=128 if args.quick else 512)
+    if "d" in args.sections:
+        print("d. multi-turn: 4 turns of 128-token observations, batch 8, cache kept vs re-prefilled history")
+        summary["multiturn"] = bench_multiturn(config, params, repeats, args.page_size)
     print(json.dumps(summary))
 
 

@@ -20,6 +20,9 @@ REPO = os.path.join(os.path.dirname(__file__), "..", "..")
     ("studies/benchmarks/bench_sampler.py", ["--repeats", "0"], "--repeats must be >= 1, got 0"),
     ("studies/benchmarks/bench_sampler.py", ["--preset", "huge"], "--preset 'huge' is not one of"),
     ("studies/benchmarks/bench_sampler.py", ["--sections", "az"], "--sections 'az': letters among a, b, c, d, e, f"),
+    ("studies/benchmarks/bench_paged.py", ["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    ("studies/benchmarks/bench_paged.py", ["--page_size", "0"], "--page_size must be >= 1, got 0"),
+    ("studies/benchmarks/bench_paged.py", ["--sections", "ae"], "--sections 'ae': letters among a, b, c, d"),
     ("studies/benchmarks/bench_scheduler.py", ["--steps", "2", "--warm", "2"], "need steps >= 1 and 0 <= warm < steps"),
     ("studies/benchmarks/bench_scheduler.py", ["--arms", "trace,beam"], "--arms: ['beam'] not among"),
     ("studies/run_cost/bench_run_cost.py", ["--repeats", "0"], "--repeats must be >= 1"),
@@ -44,3 +47,15 @@ def test_a_tunix_peer_that_cannot_run_is_reported_with_its_reason(tmp_path):
     assert peer is None and "does not exist" in reason
     peer, reason = bench.start_tunix(sys.executable, config, params, str(tmp_path))  # this env has no tunix
     assert peer is None and "the Tunix peer exited" in reason and "tunix" in reason
+
+
+def test_the_paged_benchmark_runs_and_its_json_holds_what_it_measured():
+    """`bench_paged.py --quick --sections ab`: the paged decode's greedy tokens equal the dense decode's, and a k=8
+    fork holds its prefix once (the figures docs/sampler.md quotes come from the full run)."""
+    out = subprocess.run([sys.executable, os.path.join(REPO, "studies/benchmarks/bench_paged.py"), "--quick",
+                          "--sections", "ab"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["mixed_lengths"]["same_greedy_tokens"] is True
+    assert summary["fork_memory"]["held_over_minimum"] <= 1.25 < summary["fork_memory"]["dense_over_minimum"]

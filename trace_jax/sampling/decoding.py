@@ -26,7 +26,7 @@ from trace_jax.models.paged_cache import PagedKVCache, dense_copy, pack, unpack,
 from trace_jax.models.transformer import Params, forward
 from trace_jax.parallel.host import to_host
 from trace_jax.sampling.fork import ForkPlan, gather_rows, plan_fork
-from trace_jax.sampling.paged import PagedRows
+from trace_jax.sampling.paged import PagedRows, PagePool
 from trace_jax.sampling.prefill import ensure_capacity, features, host_lengths, refeed_last, start
 from trace_jax.sampling.select import SamplingParams, select
 from trace_jax.sampling.state import SamplerState, constrain, mesh_of, put_replicated, put_rows
@@ -196,10 +196,11 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
 
 
 def generate(config: ModelConfig, params: Params, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *,
-             seed: int, row_ids: Sequence[int] | None = None) -> tuple[Generation, SamplerState]:
-    """Prefill + decode for a batch of prompts of different lengths."""
+             seed: int, row_ids: Sequence[int] | None = None, pool: PagePool | None = None
+             ) -> tuple[Generation, SamplerState | PagedRows]:
+    """Prefill + decode for a batch of prompts of different lengths (with a `pool`: on its pages)."""
     row_ids = list(range(len(prompts))) if row_ids is None else list(row_ids)
-    state = start(config, params, prompts, reserve=sampling.max_new_tokens)
+    state = start(config, params, prompts, reserve=sampling.max_new_tokens, pool=pool)
     return decode(config, params, state, sampling, seed=seed, row_ids=row_ids)
 
 
