@@ -34,15 +34,20 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_sampler import paired, prompts  # noqa: E402
+from bench_sampler import multiturn_rollouts, paired, prompts  # noqa: E402
 
 from trace_jax.models import init_params, num_params  # noqa: E402
 from trace_jax.models.presets import PRESETS, get_preset  # noqa: E402
-from trace_jax.sampling import SamplingParams, decode, extend, gather_rows, generate, start, tree_expand  # noqa: E402
+from trace_jax.sampling import SamplingParams, decode, gather_rows, generate, start, tree_expand  # noqa: E402
 from trace_jax.sampling.decoding import fork_rows  # noqa: E402
 from trace_jax.sampling.fork import plan_fork  # noqa: E402
 from trace_jax.sampling.paged import PagePool  # noqa: E402
 from trace_jax.sampling.state import length_bucket  # noqa: E402
+
+
+# Pages each section's pool starts with: what it needs, so no pool grows (and recompiles its programs) between
+# the warm-up and the timed runs.
+POOL = 1024
 
 
 def page_bytes(config, page_size: int) -> int:
@@ -64,7 +69,7 @@ def bench_mixed(config, params, repeats, page_size, short=15, short_len=128, lon
     greedy = SamplingParams(temperature=0.0, max_new_tokens=new_tokens)
     mixed = prompts(short, short_len, config.vocab_size, seed=3) + prompts(1, long_len, config.vocab_size, seed=4)
     all_short = prompts(short + 1, short_len, config.vocab_size, seed=5)
-    pool = PagePool(config, page_size=page_size)
+    pool = PagePool(config, page_size=page_size, num_pages=POOL)
     paged_mixed = start(config, params, mixed, reserve=new_tokens, pool=pool)
     paged_short = start(config, params, all_short, reserve=new_tokens, pool=pool)
     dense_mixed = start(config, params, mixed, reserve=new_tokens)
@@ -100,7 +105,7 @@ def bench_mixed(config, params, repeats, page_size, short=15, short_len=128, lon
 
 
 def bench_fork_memory(config, params, page_size, prefix_len=4096, k=8, new_tokens=64):
-    pool = PagePool(config, page_size=page_size)
+    pool = PagePool(config, page_size=page_size, num_pages=POOL)
     root = start(config, params, prompts(1, prefix_len, config.vocab_size, seed=7), reserve=new_tokens, pool=pool)
     branches = fork_rows(config, params, root, plan_fork([0] * k, root.batch_size, None))
     gen, branches = decode(config, params, branches, SamplingParams(temperature=1.0, max_new_tokens=new_tokens),
@@ -124,7 +129,7 @@ def bench_fork_memory(config, params, page_size, prefix_len=4096, k=8, new_token
 def bench_tree(config, params, repeats, page_size, k=8, prefix_len=512, new_tokens=64):
     sampling = SamplingParams(max_new_tokens=new_tokens)
     prefix = prompts(1, prefix_len, config.vocab_size)
-    pool = PagePool(config, page_size=page_size)
+    pool = PagePool(config, page_size=page_size, num_pages=POOL)
 
     def paged_tree():
         root = start(config, params, prefix, reserve=new_tokens, pool=pool)
@@ -146,33 +151,13 @@ def bench_tree(config, params, repeats, page_size, k=8, prefix_len=512, new_toke
     return {"reprefill_over_paged_tree": vs_reprefill.json(), "paged_over_dense_tree": vs_dense.json()}
 
 
-def bench_multiturn(config, params, repeats, page_size, batch=8, turns=4, prompt_len=128, obs_len=128,
-                    new_tokens=64):
+def bench_multiturn(config, params, repeats, page_size, batch=8, turns=4, obs_len=128):
     """bench_sampler's section b (cache kept across turns vs re-prefilling the history) with the cache on pages."""
-    sampling = SamplingParams(max_new_tokens=new_tokens)
-    first = prompts(batch, prompt_len, config.vocab_size, seed=1)
-    observations = [prompts(batch, obs_len, config.vocab_size, seed=10 + t) for t in range(turns - 1)]
-    pool = PagePool(config, page_size=page_size)
-
-    def cached(pages):
-        def run():
-            gen, state = generate(config, params, first, sampling, seed=0, pool=pages)
-            for t in range(turns - 1):
-                state = extend(config, params, state, observations[t])
-                gen, state = decode(config, params, state, sampling, seed=t + 1, row_ids=range(batch))
-            return gen.tokens
-        return run
-
-    def reprefill():
-        history = [list(p) for p in first]
-        for t in range(turns):
-            gen, _ = generate(config, params, history, sampling, seed=t)
-            if t < turns - 1:
-                history = [h + gen.row(i) + observations[t][i] for i, h in enumerate(history)]
-        return gen.tokens
-
-    vs_reprefill = paired(cached(pool), reprefill, repeats)
-    vs_dense = paired(cached(None), cached(pool), repeats)
+    paged, reprefill = multiturn_rollouts(config, params, batch, turns, obs_len=obs_len,
+                                          pool=PagePool(config, page_size=page_size, num_pages=POOL))
+    dense, _ = multiturn_rollouts(config, params, batch, turns, obs_len=obs_len)
+    vs_reprefill = paired(paged, reprefill, repeats)
+    vs_dense = paired(dense, paged, repeats)
     print(f"  {turns} turns x {obs_len}-token observations, batch {batch}: paged cache kept {vs_reprefill.fast_s:.2f}s, "
           f"re-prefill {vs_reprefill.slow_s:.2f}s ({vs_reprefill.text()}); dense cache kept {vs_dense.fast_s:.2f}s "
           f"(paged / dense {vs_dense.text()})", flush=True)

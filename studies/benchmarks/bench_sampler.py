@@ -123,17 +123,19 @@ def bench_tree(config, params, repeats, ks, prefix_len=512, new_tokens=64):
     return rows
 
 
-def bench_multiturn(config, params, repeats, batch=8, turns=4, prompt_len=128, obs_len=128, new_tokens=64):
+def multiturn_rollouts(config, params, batch=8, turns=4, prompt_len=128, obs_len=128, new_tokens=64, pool=None):
+    """(cached, reprefill): `turns` turns of `batch` rows with the cache kept across turns (`extend`; on `pool`'s
+    pages if given), and with every turn's whole history prefilled again."""
     sampling = SamplingParams(max_new_tokens=new_tokens)
     first = prompts(batch, prompt_len, config.vocab_size, seed=1)
     observations = [prompts(batch, obs_len, config.vocab_size, seed=10 + t) for t in range(turns - 1)]
 
     def cached():
-        gen, state = generate(config, params, first, sampling, seed=0)
+        gen, state = generate(config, params, first, sampling, seed=0, pool=pool)
         for t in range(turns - 1):
             state = extend(config, params, state, observations[t])
             gen, state = decode(config, params, state, sampling, seed=t + 1, row_ids=range(batch))
-        return gen
+        return gen.tokens
 
     def reprefill():
         history = [list(p) for p in first]
@@ -141,8 +143,13 @@ def bench_multiturn(config, params, repeats, batch=8, turns=4, prompt_len=128, o
             gen, _ = generate(config, params, history, sampling, seed=t)
             if t < turns - 1:
                 history = [h + gen.row(i) + observations[t][i] for i, h in enumerate(history)]
-        return gen
+        return gen.tokens
 
+    return cached, reprefill
+
+
+def bench_multiturn(config, params, repeats, batch=8, turns=4, prompt_len=128, obs_len=128, new_tokens=64):
+    cached, reprefill = multiturn_rollouts(config, params, batch, turns, prompt_len, obs_len, new_tokens)
     p = paired(cached, reprefill, repeats)
     print(f"  {turns} turns x {obs_len}-token observations, batch {batch}: cache kept {p.fast_s:.2f}s, "
           f"re-prefill {p.slow_s:.2f}s, ratio {p.text()}", flush=True)
