@@ -75,14 +75,13 @@ def bench_mixed(config, params, repeats, page_size, short=15, short_len=128, lon
     dense_mixed = start(config, params, mixed, reserve=new_tokens)
     dense_short = start(config, params, all_short, reserve=new_tokens)
     n = short + 1
-    vs_short = paired(_decoding(config, params, paged_short, n, greedy), _decoding(config, params, paged_mixed, n, greedy),
-                      repeats)
-    vs_dense = paired(_decoding(config, params, paged_mixed, n, greedy), _decoding(config, params, dense_mixed, n, greedy),
-                      repeats)
-    alike = paired(_decoding(config, params, dense_short, n, greedy), _decoding(config, params, paged_short, n, greedy),
-                   repeats)
-    same = np.array_equal(_decoding(config, params, paged_mixed, n, greedy)()[:n],
-                          _decoding(config, params, dense_mixed, n, greedy)()[:n])
+    run = {name: _decoding(config, params, state, n, greedy) for name, state in (
+        ("paged_mixed", paged_mixed), ("paged_short", paged_short), ("dense_mixed", dense_mixed),
+        ("dense_short", dense_short))}
+    vs_short = paired(run["paged_short"], run["paged_mixed"], repeats)
+    vs_dense = paired(run["paged_mixed"], run["dense_mixed"], repeats)
+    alike = paired(run["dense_short"], run["paged_short"], repeats)
+    same = np.array_equal(run["paged_mixed"]()[:n], run["dense_mixed"]()[:n])
 
     def prefill():
         return start(config, params, mixed, reserve=new_tokens, pool=pool).logits
@@ -121,7 +120,8 @@ def bench_fork_memory(config, params, page_size, prefix_len=4096, k=8, new_token
           f"({held_tokens * page_bytes(config, page_size) // page_size / 2**20:.1f} MiB), "
           f"{held_tokens / minimum:.3f}x one prefix + branches; dense {dense_tokens} ({dense_tokens / minimum:.2f}x); "
           f"rows per KV budget paged / dense {rows_ratio:.2f}x", flush=True)
-    return {"held_over_minimum": round(held_tokens / minimum, 4), "dense_over_minimum": round(dense_tokens / minimum, 3),
+    return {"held_over_minimum": round(held_tokens / minimum, 4),
+            "dense_over_minimum": round(dense_tokens / minimum, 3),
             "rows_per_budget_paged_over_dense": round(rows_ratio, 3), "held_token_slots": held_tokens,
             "minimum_tokens": minimum, "dense_token_slots": dense_tokens}
 
@@ -158,9 +158,9 @@ def bench_multiturn(config, params, repeats, page_size, batch=8, turns=4, obs_le
     dense, _ = multiturn_rollouts(config, params, batch, turns, obs_len=obs_len)
     vs_reprefill = paired(paged, reprefill, repeats)
     vs_dense = paired(dense, paged, repeats)
-    print(f"  {turns} turns x {obs_len}-token observations, batch {batch}: paged cache kept {vs_reprefill.fast_s:.2f}s, "
-          f"re-prefill {vs_reprefill.slow_s:.2f}s ({vs_reprefill.text()}); dense cache kept {vs_dense.fast_s:.2f}s "
-          f"(paged / dense {vs_dense.text()})", flush=True)
+    print(f"  {turns} turns x {obs_len}-token observations, batch {batch}: paged cache kept "
+          f"{vs_reprefill.fast_s:.2f}s, re-prefill {vs_reprefill.slow_s:.2f}s ({vs_reprefill.text()}); dense cache "
+          f"kept {vs_dense.fast_s:.2f}s (paged / dense {vs_dense.text()})", flush=True)
     return {"reprefill_over_paged_multiturn": vs_reprefill.json(), "paged_over_dense_multiturn": vs_dense.json()}
 
 

@@ -28,7 +28,8 @@ def test_pack_lists_each_rows_blocks_in_order_and_unpack_writes_back_only_new_to
         np.testing.assert_array_equal(packed.k[0][w][..., :n], keys[r, :, :, i * block:i * block + n])
         np.testing.assert_array_equal(packed.v[0][w][:, :n], values[r, :, i * block:i * block + n])
     # a decode call added 2 tokens to row 0 and 1 to row 1: exactly those slots go back to the pages
-    new_k = packed.k[0].at[1, :, :, 70 - block].set(7.0).at[1, :, :, 71 - block].set(8.0).at[blocks - 1, :, :, 3].set(9.0)
+    new_k = packed.k[0].at[1, :, :, 70 - block].set(7.0).at[1, :, :, 71 - block].set(8.0)
+    new_k = new_k.at[blocks - 1, :, :, 3].set(9.0)
     moved = unpack(cache, packed.replace(k=(new_k,), lengths=jnp.asarray([72, 4], jnp.int32)), steps=4)
     got, _ = view(moved.k[0], moved.v[0], tables)
     want = keys.at[0, :, :, 70].set(7.0).at[0, :, :, 71].set(8.0).at[1, :, :, 3].set(9.0)

@@ -78,7 +78,7 @@ def plan_fork(parents: Sequence[int], source_rows: int, mesh: Mesh | None) -> Fo
 def gather_rows(state: SamplerState, source: Sequence[int]) -> SamplerState:
     """Row i of the result is a copy of row source[i] of `state` (len(source) a multiple of the mesh's row
     shards): shard-local copies stay local, the others go through one explicit exchange."""
-    if isinstance(state, PagedRows):  # the rows list the same pages: no KV copied
+    if isinstance(state, PagedRows):  # the rows list the same pages: no KV copied (an index past the batch: empty)
         return state.pool.take(state, source)
     source = np.array(source, np.int32)  # a copy: the transfer below may read it after we return
     mesh = mesh_of(state)

@@ -247,18 +247,20 @@ class PagePool:
         return PagedRows(self, state, [[] for _ in range(state.batch_size)], rows)
 
     def take(self, rows: PagedRows, index: Sequence[int], *, consume: bool = False) -> PagedRows:
-        """Row i is row index[i] of `rows`, sharing its pages (a repeated index, and one past the batch: an
-        empty scratch row). With `consume`, `rows` gives up the taken rows' pages instead of sharing them."""
+        """Row i is row index[i] of `rows`, sharing its pages (an index past the batch: an empty row). With
+        `consume`, `rows` gives the taken rows' pages up (to their first copy) instead of sharing them."""
         index = np.asarray(index, np.int64)
-        first = np.array([0 <= r < rows.batch_size and r not in index[:i] for i, r in enumerate(index)], bool)
-        pages = [list(rows.pages[r]) if keep else [] for r, keep in zip(index, first)]
-        if consume:
-            for r in index[first]:
-                rows.pages[r].clear()
-        else:
-            for p in pages:
+        inside = (0 <= index) & (index < rows.batch_size)
+        pages = [list(rows.pages[r]) if keep else [] for r, keep in zip(index, inside)]
+        owned = set()
+        for r, p, keep in zip(index, pages, inside):
+            if consume and keep and r not in owned:
+                owned.add(r)  # the first copy takes the row's references
+            else:
                 self.book.hold(p)
-        state = _take(rows.state, rows.capacity, _device(index), _device(first))
+        for r in owned:
+            rows.pages[r].clear()
+        state = _take(rows.state, rows.capacity, _device(index), _device(inside))
         return PagedRows(self, state, pages, len(index))
 
     def put(self, target: PagedRows, index: Sequence[int], sub: PagedRows) -> PagedRows:
@@ -299,7 +301,8 @@ class PagePool:
     def release(self, rows: PagedRows) -> None:
         """Every page of the rows goes back to the pool (the rows are then empty)."""
         _drop_all(self.book, rows.pages)
-        rows.state = rows.state.replace(cache=_bare(rows.state.cache.lengths, _device(np.zeros(rows.batch_size, bool))))
+        empty = _device(np.zeros(rows.batch_size, bool))
+        rows.state = rows.state.replace(cache=_bare(rows.state.cache.lengths, empty))
 
     def trim(self, rows: PagedRows) -> None:
         """Pages past each row's length (reserved, not filled) go back to the pool."""
