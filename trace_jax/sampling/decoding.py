@@ -180,7 +180,6 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
         out, _ = state.pool.run(functools.partial(_decode, config, sampling, steps, None, params), state,
                                 put_replicated(np.uint32(seed), None), *(put_rows(x, None) for x in (ids, live, done)),
                                 blocks=blocks, capacity=int(reach.max()))
-        state.pool.trim(state)
     else:
         if live.any():
             state = ensure_capacity(state, int(reach[live].max()), ahead=int(lengths[live].max()) + reserve)
@@ -188,6 +187,8 @@ def decode(config: ModelConfig, params: Params, state: SamplerState, sampling: S
         out, state = _decode(config, sampling, steps, mesh, params, state, put_replicated(np.uint32(seed), mesh),
                              put_rows(ids, mesh), put_rows(live, mesh), put_rows(done, mesh))
     out, hidden = to_host((out, state.hidden))
+    if isinstance(state, PagedRows):  # the pages reserved and not filled go back
+        state.pool.trim(state, lengths + out["lengths"])
     result = Generation(
         tokens=out["tokens"][:n], logprobs=out["logprobs"][:n],
         entropy=None if out["entropy"] is None else out["entropy"][:n],

@@ -49,8 +49,8 @@ def _device(array) -> jax.Array:
 
 @jax.jit
 def _bare(lengths, keep=None) -> PagedKVCache:
-    """A stored state's cache: the lengths alone (the pool is the sampler's, the tables the host's), 0 where
-    not `keep` (if given)."""
+    """A stored state's cache: the lengths (0 where not `keep`, if given) and no pool (the sampler's); its page
+    table, the host's, may be left from the last program (`PagePool.run` uploads the host's at every call)."""
     lengths = lengths if keep is None else jnp.where(keep, lengths, 0)
     return PagedKVCache(k=(), v=(), page_tables=jnp.zeros((lengths.shape[0], 1), jnp.int32), lengths=lengths)
 
@@ -74,11 +74,13 @@ def _take(state: SamplerState, capacity: int, rows, keep) -> SamplerState:
 @functools.partial(jax.jit, donate_argnums=0)
 def _put(state: SamplerState, rows, sub: SamplerState) -> SamplerState:
     """Rows of `sub` written into rows `rows` of `state` (same capacity; indices past the batch dropped)."""
+    state, sub = (s.replace(cache=_bare(s.cache.lengths)) for s in (state, sub))  # page tables of any width
     return jax.tree.map(lambda x, y: x.at[rows].set(y, mode="drop"), state, sub)
 
 
 @jax.jit
 def _join(states: list[SamplerState]) -> SamplerState:
+    states = [s.replace(cache=_bare(s.cache.lengths)) for s in states]  # page tables of any width: not kept
     return jax.tree.map(lambda *x: jnp.concatenate(x), *states)
 
 
@@ -225,8 +227,9 @@ class PagePool:
         new = out if isinstance(out, SamplerState) else out[1]
         self.k, self.v = new.cache.k, new.cache.v
         # a row with no page (padding) stays empty, whatever the program counted
-        paged = _device(np.array([len(p) > 0 for p in rows.pages]))
-        rows.state = new.replace(cache=_bare(new.cache.lengths, paged))
+        empty = np.array([not p for p in rows.pages])
+        rows.state = new.replace(cache=_bare(new.cache.lengths, _device(~empty)) if empty.any() else
+                                 new.cache.replace(k=(), v=(), packed_blocks=0))
         return out
 
     def packed_blocks(self, reach: np.ndarray) -> int:
@@ -304,9 +307,9 @@ class PagePool:
         empty = _device(np.zeros(rows.batch_size, bool))
         rows.state = rows.state.replace(cache=_bare(rows.state.cache.lengths, empty))
 
-    def trim(self, rows: PagedRows) -> None:
-        """Pages past each row's length (reserved, not filled) go back to the pool."""
-        self._trim(rows, rows.lengths())
+    def trim(self, rows: PagedRows, lengths: np.ndarray) -> None:
+        """Pages past each row's `lengths[i]` tokens (its length now: reserved, not filled) go back to the pool."""
+        self._trim(rows, lengths)
 
     def cut(self, rows: PagedRows, lengths: np.ndarray) -> None:
         """Before rows are cut back to `lengths` tokens and refed their last one (`decoding._rewind`): pages past
