@@ -1,6 +1,6 @@
 """The paged KV cache (`sampling/paged.py`) against the dense one, side by side in one run on one machine.
 
-  python studies/benchmarks/bench_paged.py               # ~10 min on a 2-core CPU, `small`, 5 pairs
+  python studies/benchmarks/bench_paged.py               # `small`, 5 pairs: about 3 min on a 2-core CPU (one run)
   python studies/benchmarks/bench_paged.py --quick       # 1 pair, shorter prompts: a smoke run
 
 a. mixed lengths (15 prompts of 128 tokens and one of 3000, 64 new greedy tokens): paged decode of the mixed
@@ -27,17 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 
-import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_sampler import multiturn_rollouts, paired, prompts  # noqa: E402
+from bench_sampler import multiturn_rollouts, paired, prompts, setup  # noqa: E402
 
-from trace_jax.models import init_params, num_params  # noqa: E402
-from trace_jax.models.presets import PRESETS, get_preset  # noqa: E402
 from trace_jax.sampling import SamplingParams, decode, gather_rows, generate, start, tree_expand  # noqa: E402
 from trace_jax.sampling.decoding import fork_rows  # noqa: E402
 from trace_jax.sampling.fork import plan_fork  # noqa: E402
@@ -172,20 +168,9 @@ def main():
     parser.add_argument("--page_size", type=int, default=16)
     parser.add_argument("--sections", default="abcd", help="which of the sections a-d to run")
     args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    if args.preset not in PRESETS:
-        parser.error(f"--preset {args.preset!r} is not one of {sorted(PRESETS)}")
     if args.page_size < 1:
         parser.error(f"--page_size must be >= 1, got {args.page_size}")
-    if not args.sections or set(args.sections) - set("abcd"):
-        parser.error(f"--sections {args.sections!r}: letters among a, b, c, d")
-    repeats = 1 if args.quick else args.repeats
-    config = get_preset(args.preset)
-    params = init_params(config, 0)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
-          f"{jax.devices()[0].platform}; model {args.preset} ({num_params(config) / 1e6:.2f}M params), pages of "
-          f"{args.page_size} tokens; ratios: median [min, max] of {repeats} alternating pairs", flush=True)
+    repeats, config, params = setup(parser, args, "abcd", f", pages of {args.page_size} tokens")
     summary = {"pairs": repeats, "page_size": args.page_size}
     if "a" in args.sections:
         print("a. mixed lengths: 15 x 128 + 1 x 3000 prompt tokens, 64 new greedy tokens")

@@ -367,6 +367,24 @@ def bench_limits(config, params, repeats, batches=(1, 8, 64), prompt_len=32, new
             "by_batch": {str(b): {k: round(v, 4) for k, v in r.items()} for b, r in rows.items()}}
 
 
+def setup(parser, args, sections: str, detail: str = ""):
+    """The flags every sampler benchmark shares, checked before compute (--repeats, --preset, --sections among
+    `sections`), and the machine line printed: returns (repeats, config, params)."""
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.preset not in PRESETS:
+        parser.error(f"--preset {args.preset!r} is not one of {sorted(PRESETS)}")
+    if not args.sections or set(args.sections) - set(sections):
+        parser.error(f"--sections {args.sections!r}: letters among {', '.join(sections)}")
+    repeats = 1 if args.quick else args.repeats
+    config = get_preset(args.preset)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"jax {jax.__version__} on {jax.devices()[0].platform}; model {args.preset} "
+          f"({num_params(config) / 1e6:.2f}M params){detail}; ratios: median [min, max] of {repeats} alternating "
+          "pairs", flush=True)
+    return repeats, config, init_params(config, 0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="alternating pairs per ratio (>= 1; quote >= 5)")
@@ -376,19 +394,7 @@ def main():
     parser.add_argument("--tunix_python", default=os.environ.get("TRACE_JAX_TUNIX_PYTHON", ""),
                         help="python of a virtualenv with google-tunix (peers/tunix_sampler.py)")
     args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    if args.preset not in PRESETS:
-        parser.error(f"--preset {args.preset!r} is not one of {sorted(PRESETS)}")
-    if not args.sections or set(args.sections) - set("abcdef"):
-        parser.error(f"--sections {args.sections!r}: letters among a, b, c, d, e, f")
-    repeats = 1 if args.quick else args.repeats
-    config = get_preset(args.preset)
-    params = init_params(config, 0)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"jax {jax.__version__} on {jax.devices()[0].platform}; model {args.preset} "
-          f"({num_params(config) / 1e6:.2f}M params); ratios: median [min, max] of {repeats} alternating pairs",
-          flush=True)
+    repeats, config, params = setup(parser, args, "abcdef")
 
     summary = {"pairs": repeats}
     if "a" in args.sections:

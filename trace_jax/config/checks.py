@@ -120,7 +120,8 @@ def check_consistency(run: RunConfig) -> None:
         raise ConfigError("config field 'eval.num_tasks' must be set (> 0) with eval.split='separate': it is the "
                           "number of questions the separate generator draws")
     pool_tokens = run.rl.kv_max_pages * run.rl.kv_page_size
-    if run.rl.kv_layout == "paged" and run.rl.kv_max_pages and pool_tokens < run.task.max_tokens + run.rl.max_new_tokens:
+    row_tokens = run.task.max_tokens + run.rl.max_new_tokens
+    if run.rl.kv_layout == "paged" and run.rl.kv_max_pages and pool_tokens < row_tokens:
         raise ConfigError(f"config fields 'rl.kv_max_pages'={run.rl.kv_max_pages} x 'rl.kv_page_size'="
                           f"{run.rl.kv_page_size} = {pool_tokens} KV tokens cannot hold one rollout row, which reaches "
                           f"'task.max_tokens'={run.task.max_tokens} + 'rl.max_new_tokens'={run.rl.max_new_tokens} "

@@ -272,10 +272,10 @@ class _Archive:
             return state
         if self.sid is None:
             mesh = mesh_of(state)
-            pool = engine.policy.pages
+            pool, config = engine.policy.pages, engine.policy.config
             self.sid = engine.prefixes.store(
                 pool.empty(self.branches, state.capacity) if pool is not None else
-                empty_state(engine.policy.config, batch_bucket(self.branches, rows_multiple(mesh)), state.capacity, mesh))
+                empty_state(config, batch_bucket(self.branches, rows_multiple(mesh)), state.capacity, mesh))
         archive = engine.prefixes.states[self.sid]
         if archive.capacity < state.capacity:
             archive = grow(archive, state.capacity)

@@ -226,8 +226,8 @@ def fork_rows(config: ModelConfig, params: Params, prefixes: SamplerState, plan:
 
 
 def _fork_paged(config, params, prefixes: PagedRows, plan: ForkPlan, fork_lengths) -> PagedRows:
-    """`fork_rows` on pages: the branches list their parents' prefix pages (the last one copied), and are
-    recomputed from their last kept token only where they are cut short of their parent."""
+    """`fork_rows` on pages: the branches list their parents' prefix pages (a shared page is copied only when a
+    branch writes into it), and are recomputed from their last kept token only where some branch is cut short."""
     parents = np.asarray(plan.source)[plan.rows]
     have = host_lengths(prefixes)[parents]
     wanted = have if fork_lengths is None else np.asarray(fork_lengths, np.int64)

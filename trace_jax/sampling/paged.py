@@ -174,8 +174,8 @@ class PagePool:
         self.k, self.v = _enlarge(self.k, self.v, size - self.book.num_pages)
         self.book.grow(size)
 
-    def _trim(self, rows: PagedRows, lengths: np.ndarray) -> None:
-        """Pages past each row's `lengths[i]` tokens go back to the pool."""
+    def trim(self, rows: PagedRows, lengths: np.ndarray) -> None:
+        """Pages past each row's `lengths[i]` tokens (reserved and not filled, or cut off) go back to the pool."""
         for i, pages in enumerate(rows.pages):
             keep = pages_for(lengths[i], self.page_size)
             self.book.drop(pages[keep:])
@@ -272,7 +272,8 @@ class PagePool:
         capacity = max(target.capacity, sub.capacity)
         if target.capacity < capacity:
             target.state = _take(target.state, capacity, _device(np.arange(target.batch_size)), None)
-        sub_state = _take(sub.state, capacity, _device(np.arange(sub.batch_size)), None)
+        sub_state = sub.state if sub.capacity == capacity else _take(sub.state, capacity,
+                                                                    _device(np.arange(sub.batch_size)), None)
         handed = sub._handed_on()
         for i, r in enumerate(index):
             if r < target.batch_size:
@@ -289,7 +290,8 @@ class PagePool:
         """The rows of several PagedRows in one (sharing their pages) and each part's offset in it."""
         offsets = np.cumsum([0] + [p.batch_size for p in parts[:-1]]).tolist()
         capacity = max(p.capacity for p in parts)
-        states = [_take(p.state, capacity, _device(np.arange(p.batch_size)), None) for p in parts]
+        states = [p.state if p.capacity == capacity else _take(p.state, capacity, _device(np.arange(p.batch_size)),
+                                                               None) for p in parts]
         joined = _join(states)
         total = sum(p.batch_size for p in parts)
         pages = [list(row) for p in parts for row in p.pages]
@@ -307,14 +309,10 @@ class PagePool:
         empty = _device(np.zeros(rows.batch_size, bool))
         rows.state = rows.state.replace(cache=_bare(rows.state.cache.lengths, empty))
 
-    def trim(self, rows: PagedRows, lengths: np.ndarray) -> None:
-        """Pages past each row's `lengths[i]` tokens (its length now: reserved, not filled) go back to the pool."""
-        self._trim(rows, lengths)
-
     def cut(self, rows: PagedRows, lengths: np.ndarray) -> None:
         """Before rows are cut back to `lengths` tokens and refed their last one (`decoding._rewind`): pages past
         them dropped, the page of that last token made the row's own."""
-        self._trim(rows, lengths)
+        self.trim(rows, lengths)
         self.prepare(rows, np.asarray(lengths) - 1, lengths, "cutting rows")
 
     def share(self, prefixes: PagedRows, parents: Sequence[int], lengths: np.ndarray) -> PagedRows:
