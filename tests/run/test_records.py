@@ -23,7 +23,7 @@ def _full(step=3):
         record, allocation=allocation,
         learner=LearnerMetrics(loss=0.1, clip_fraction=0.0, approx_kl=1e-3, entropy=2.0, grad_norm=0.5,
                                trained_tokens=70.0, updates=4, clip_fraction_last=0.1, approx_kl_last=2e-3,
-                               grad_norm_last=0.4))
+                               grad_norm_last=0.4, is_weight_mean=1.02, is_truncated_share=0.01))
 
 
 def _without_nan(r):
@@ -46,17 +46,23 @@ def test_a_step_record_round_trips_through_its_json_line():
 
 def test_a_line_missing_a_field_is_refused_not_defaulted():
     """No field of a step record has a default a line could silently fall back on (records of runs stored before a
-    field existed were migrated once: studies/migrations/identity_v2.py); a None where a float is NaN comes back NaN,
+    field existed were migrated once: studies/migrations/identity_v2.py, staleness_v3.py); a None where a float is NaN comes back NaN,
     and a None where the field is `... | None` stays None."""
     line = _full().to_json()
     del line["trees"]["anchor_depths"]
     with pytest.raises(ValueError, match=r"step 3, trees has no \['anchor_depths'\]"):
         StepRecord.from_json(line)
     line = _full().to_json()
+    del line["policy_lag"]
+    with pytest.raises(ValueError, match=r"step 3 has no \['policy_lag'\]"):
+        StepRecord.from_json(line)
+    line = _full().to_json()
     line["learner"]["grad_norm_last"] = None
+    line["learner"]["is_weight_mean"] = None
     line["trees"]["prompts_mixed"] = None
     back = StepRecord.from_json(line)
     assert math.isnan(back.learner.grad_norm_last) and back.trees.prompts_mixed is None
+    assert back.learner.is_weight_mean is None
 
 
 def test_the_writer_logs_records_that_read_back_last_wins(tmp_path):
@@ -99,3 +105,5 @@ def test_checkpoint_record_round_trips():
     record = CheckpointRecord(step=5, data_position=160, after_sft={"accuracy": 0.5}, allocator={"rng": {}},
                               settings={"seed": 0})
     assert CheckpointRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
+    kept = dataclasses.replace(record, sampler_versions=(4,))  # rl.max_staleness = 1: the params step 6 samples with
+    assert CheckpointRecord.from_json(json.loads(json.dumps(kept.to_json()))) == kept

@@ -3,7 +3,7 @@ directories (`grid_runs.run_dir`: variant, seed, hash of the run's identity) are
 those stored as failed, each carries that identity (`identity.json`) and every step record reads back, so a
 fresh clone reads each of them back and retrains none (issue 54: studies moved out of configs/ and
 experiments/results/ into studies/<name>/; stored runs migrated to identity schema 2 by
-studies/migrations/identity_v2.py, which finds nothing left to change)."""
+studies/migrations/identity_v2.py, then to schema 3 by staleness_v3.py, which finds nothing left to change)."""
 
 import glob
 import json
@@ -51,7 +51,7 @@ def test_every_committed_run_carries_its_identity_and_its_step_records_read_back
 
 
 def test_the_identity_migration_has_nothing_left_to_change_and_stored_sft_records_match_their_settings():
-    out = subprocess.run([sys.executable, os.path.join(REPO, "studies/migrations/identity_v2.py"), "--check"],
+    out = subprocess.run([sys.executable, os.path.join(REPO, "studies/migrations/staleness_v3.py"), "--check"],
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.splitlines()[-1]) == {"changes": 0, "check": True}, out.stdout
     for spec in GRIDS:

@@ -131,7 +131,7 @@ def require_identity(run_dir: str, identity: dict) -> None:
             stored = json.load(f)
     except FileNotFoundError:
         raise ConfigError(f"{run_dir} holds a run's results but no {IDENTITY}: run studies/migrations/"
-                          "identity_v2.py on results stored before 2026-12-07") from None
+                          "identity_v2.py and staleness_v3.py on results stored before 2026-12-07") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not JSON ({e})") from None
     if stored.get("schema") != identity["schema"]:

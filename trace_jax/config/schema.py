@@ -96,6 +96,11 @@ class RLSection:
       kv_page_size: tokens per KV page (a fork copies at most one page of its parent's).
       kv_max_pages: the most pages the pool may grow to (0: no limit; it grows by doubling as rollouts need).
         A rollout batch that needs more stops with an error naming what it needed.
+      max_staleness: learner steps the params that sample a step's rollouts may lag the learner's (s). 0: the
+        synchronous loop (rollouts of step t by the params after step t - 1). s >= 1: a worker samples step
+        t + s while the learner trains step t (`run/pipeline.py`); pair it with loss.name="decoupled_ppo", which
+        corrects for the older sampler. Default 0: the measurements (docs/scaling.md, "Rollouts that overlap
+        the learner") do not yet show s = 1 learning as well as s = 0 at equal steps.
     """
 
     steps: int = ranged(80, AT_LEAST_0)
@@ -111,6 +116,7 @@ class RLSection:
     kv_layout: str = ranged("paged", ("paged", "dense"))
     kv_page_size: int = ranged(16, AT_LEAST_1)
     kv_max_pages: int = ranged(0, AT_LEAST_0)
+    max_staleness: int = ranged(0, AT_LEAST_0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -156,11 +162,17 @@ class CheckpointSection:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MeshSection:
-    """Attributes: data, fsdp, tensor: mesh axis sizes (their product = the number of devices used)."""
+    """Attributes:
+      data, fsdp, tensor: the learner's mesh axis sizes (their product = the number of devices it uses).
+      sampler_devices: 0: rollouts run on the learner's devices; 1: on a device of their own, the next local one
+        after the learner's single device (a one-device learner only; a sampler mesh of several devices, or
+        across processes, is not built). Same results either way.
+    """
 
     data: int = ranged(1, AT_LEAST_1)
     fsdp: int = ranged(1, AT_LEAST_1)
     tensor: int = ranged(1, AT_LEAST_1)
+    sampler_devices: int = ranged(0, Range(0, 1))
 
 
 # Sections whose `name` (the task's `source`) picks a registry entry; the entry's config class validates the section.
@@ -241,21 +253,23 @@ RESUMABLE_SETTINGS = ("rl.steps", "rl.eval_every", "rl.decode_chunk", "rl.decode
                       "rl.kv_layout", "rl.kv_page_size", "rl.kv_max_pages", "eval", "checkpoint", "mesh",
                       "learner.remat", "learner.layout")
 
-# How a run computes, not what it computes: the rollout scheduler, the KV cache's layout and the learner's
-# sequence layout sample from the same distributions and give the same losses and gradients up to float rounding
+# How a run computes, not what it computes: the rollout scheduler, the KV cache's layout, the sampler's device and
+# the learner's sequence layout sample from the same distributions and give the same losses and gradients up to float rounding
 # (rollouts are token for token the same: tests/rollout/test_continuous.py, on pages too; the packed learner
 # equals the per-path one to 1e-5: tests/rl/batches/test_packed.py). A comparison identifies a run without
 # them (`identity`), so a stored
 # run is read back whichever scheduler or layout ran it, and switching either reruns nothing.
 EXECUTION_SETTINGS = ("rl.decode_chunk", "rl.decode_slots", "rl.overlap_tools", "rl.kv_layout", "rl.kv_page_size",
-                      "rl.kv_max_pages", "learner.layout", "eval.decode_chunk")
+                      "rl.kv_max_pages", "learner.layout", "eval.decode_chunk", "mesh.sampler_devices")
 
 
 # The version of `identity`: bumped when what defines a stored run changes. Version 2 is every field of every
 # section as the config classes hold them (version 1, before 2026-12-07, left out fields added after runs were
 # stored while they held their old behaviour's value, and listed the task section as the union of every
 # source's fields; studies/migrations/identity_v2.py moved every committed run, cache and checkpoint record).
-IDENTITY_SCHEMA = 2
+# Version 3 (2026-12-07) adds `rl.max_staleness` (studies/migrations/staleness_v3.py moved every stored run: 0,
+# the synchronous loop they ran).
+IDENTITY_SCHEMA = 3
 
 
 def settings(run: RunConfig, sections: tuple[str, ...] | None = None) -> dict[str, Any]:

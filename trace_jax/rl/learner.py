@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -72,6 +73,9 @@ class LearnerMetrics:
       updates: optimizer updates taken (mini-batches x epochs, empty mini-batches skipped).
       clip_fraction_last, approx_kl_last, grad_norm_last: the same figures of the last update (the one
         furthest from the sampler's policy; NaN in the records of runs stored before they were measured).
+      is_weight_mean, is_truncated_share: per trained token, the behaviour correction proximal / behaviour
+        before its cap and the share of tokens it capped (means over the updates; None unless the loss
+        corrects for the behaviour policy: "decoupled_ppo").
     """
 
     loss: float
@@ -84,12 +88,15 @@ class LearnerMetrics:
     clip_fraction_last: float
     approx_kl_last: float
     grad_norm_last: float
+    is_weight_mean: float | None
+    is_truncated_share: float | None
 
     @classmethod
     def from_device(cls, metrics: dict[str, jax.Array]) -> LearnerMetrics:
         """One update's metrics (it is its own last update)."""
         m = {k: float(v) for k, v in to_host(metrics).items()}
-        return cls(**m, updates=1, clip_fraction_last=m["clip_fraction"], approx_kl_last=m["approx_kl"],
+        weights = {"is_weight_mean": m.pop("is_weight", None), "is_truncated_share": m.pop("is_truncated", None)}
+        return cls(**m, **weights, updates=1, clip_fraction_last=m["clip_fraction"], approx_kl_last=m["approx_kl"],
                    grad_norm_last=m["grad_norm"])
 
 
@@ -116,9 +123,10 @@ def _gradients(model_config: ModelConfig, loss_config: LossConfig, params: Param
         return (jax.tree.map(lambda a, b: a + b.astype(jnp.float32), grads, g), totals), None
 
     # summed in float32 whatever the params' dtype (bf16 sums of many micro-batches lose the small ones),
-    # returned in the params' dtype for the optimizer
+    # returned in the params' dtype for the optimizer; the metrics are the loss's own
     zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-    totals0 = {k: jnp.zeros((), jnp.float32) for k in ("loss", "clip_fraction", "approx_kl", "entropy", "tokens")}
+    _, names = jax.eval_shape(loss_fn, params, jax.tree.map(lambda x: x[0], batch))
+    totals0 = {k: jnp.zeros((), jnp.float32) for k in ("loss", *names)}
     (grads, totals), _ = jax.lax.scan(accumulate, (zeros, totals0), batch)
     return jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params), totals
 
@@ -137,10 +145,34 @@ def _train_step(model_config: ModelConfig, loss_config: LossConfig, optimizer: o
     params, opt_state = keep_if_finite(totals["loss"], grad_norm, (optax.apply_updates(params, updates),
                                                                    new_opt_state), (params, opt_state))
     tokens = jnp.maximum(totals["tokens"], 1.0)
-    metrics = {"loss": totals["loss"], "clip_fraction": totals["clip_fraction"] / tokens,
-               "approx_kl": totals["approx_kl"] / tokens, "entropy": totals["entropy"] / tokens,
-               "grad_norm": grad_norm, "trained_tokens": totals["tokens"]}
+    per_token = {k: v / tokens for k, v in totals.items() if k not in ("loss", "tokens")}
+    metrics = {"loss": totals["loss"], **per_token, "grad_norm": grad_norm, "trained_tokens": totals["tokens"]}
     return params, opt_state, metrics
+
+
+def _proximal_logprobs(model_config: ModelConfig, temperature: float, params: Params, batch: dict[str, jax.Array]):
+    """The log-prob of each trained target of a step batch ([num_micro, micro, L], or packed entries) under
+    `params`, micro-batch by micro-batch: what `decoupled_ppo` clips against (`batch["prox_logprobs"]`)."""
+    return jax.lax.map(lambda micro: batches.logprobs(model_config, params, micro, temperature)[0], batch)
+
+
+proximal_logprobs = jax.jit(_proximal_logprobs, static_argnums=(0, 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Learner:
+    """The learner's programs: `update(params, opt_state, batch) -> (params, opt_state, device metrics)`, one
+    optimizer step; `proximal(params, batch)`, the proximal log-probs of a batch (None unless the loss clips
+    against the proximal policy, `LossConfig.proximal`)."""
+
+    update: Callable
+    proximal: Callable | None = None
+
+
+def with_proximal(prox, params, step_batches: list[dict]) -> list[dict]:
+    """Each of a step's update batches with `prox_logprobs` under `params` (the learner's before the step's first
+    update), all computed before any update: `prox(params, batch)` is `proximal_logprobs` (or its sharded form)."""
+    return [{**batch, "prox_logprobs": prox(params, batch)} for batch in step_batches]
 
 
 def keep_if_finite(loss, grad_norm, updated, previous):
@@ -202,3 +234,14 @@ def sharded_train_step(mesh, model_config: ModelConfig, loss_config: LossConfig,
         opt_state = jax.jit(optimizer.init, out_shardings=o_sh)(params)
     opt_state = to_device(opt_state, o_sh)
     return (lambda p, o, batch: step(p, o, to_device(batch, b_sh))), params, opt_state
+
+
+def sharded_proximal(mesh, model_config: ModelConfig, loss_config: LossConfig, params: Params):
+    """`proximal_logprobs` jitted for `mesh` (params as the partition rules say, batch rows over data x fsdp, as
+    `sharded_program`'s): `(params, batch) -> prox log-probs`, sharded like the batch."""
+    from trace_jax.parallel.rules import batch_sharding, param_shardings
+
+    b_sh = batch_sharding(mesh)
+    prox = jax.jit(functools.partial(_proximal_logprobs, model_config, loss_config.temperature),
+                   in_shardings=(param_shardings(params, mesh), b_sh), out_shardings=b_sh)
+    return lambda p, batch: prox(p, to_device(batch, b_sh))

@@ -71,11 +71,13 @@ def summarize(per_update: list[LearnerMetrics], epochs: int = 1) -> LearnerMetri
     """Means over the updates (one update: its own figures, exactly), the last update's clip fraction, KL and
     gradient norm; trained tokens of one pass over the step's sequences."""
     def mean(name):
-        return float(np.mean([getattr(m, name) for m in per_update]))
+        values = [getattr(m, name) for m in per_update]
+        return None if values[0] is None else float(np.mean(values))
 
     last = per_update[-1]
     return LearnerMetrics(loss=mean("loss"), clip_fraction=mean("clip_fraction"), approx_kl=mean("approx_kl"),
                           entropy=mean("entropy"), grad_norm=mean("grad_norm"),
                           trained_tokens=sum(m.trained_tokens for m in per_update) / epochs,
                           updates=len(per_update), clip_fraction_last=last.clip_fraction, approx_kl_last=last.approx_kl,
-                          grad_norm_last=last.grad_norm)
+                          grad_norm_last=last.grad_norm, is_weight_mean=mean("is_weight_mean"),
+                          is_truncated_share=mean("is_truncated_share"))

@@ -69,6 +69,7 @@ class Setup:
     eval_groups: list[EvalGroup]
     mesh: Mesh | None = None  # the configured (data, fsdp, tensor) mesh; None on one device
     pages: PagePool | None = None  # the rollouts' KV page pool (rl.kv_layout="paged" on one device), kept all run
+    sampler_device: jax.Device | None = None  # where rollouts run (mesh.sampler_devices=1); None: the learner's
 
     def policy(self, params=None) -> Policy:
         """The sampling policy; on a mesh its params are resharded into the sampling layout
@@ -179,7 +180,22 @@ def build(config, workdir: str) -> Setup:
         print(f"rl.kv_layout='paged' is one device's: this run on a {mesh_shape} mesh decodes on the dense KV cache",
               flush=True)
     return Setup(run, model_config, params, tokenizer, renderer, source, env, sampling,
-                 _eval_groups(run, source, env), mesh, pages)
+                 _eval_groups(run, source, env), mesh, pages, _sampler_device(run, mesh))
+
+
+def _sampler_device(run: schema.RunConfig, mesh: Mesh | None):
+    """The rollouts' own device (`mesh.sampler_devices`=1): the second local device, beside a one-device learner."""
+    if not run.mesh.sampler_devices:
+        return None
+    if mesh is not None:
+        raise schema.ConfigError(f"config field 'mesh.sampler_devices'=1 needs a one-device learner (mesh.data x "
+                                 f"fsdp x tensor = 1, got {dict(mesh.shape)}): a sampler mesh beside a learner mesh "
+                                 "is not built")
+    if jax.local_device_count() < 2:
+        raise schema.ConfigError("config field 'mesh.sampler_devices'=1 needs 2 local devices, this process has "
+                                 f"{jax.local_device_count()} (on a CPU host: XLA_FLAGS="
+                                 "--xla_force_host_platform_device_count=2)")
+    return jax.local_devices()[1]
 
 
 def train_tasks(setup: Setup) -> list:

@@ -84,6 +84,9 @@ class StepRecord:
         its devices decoded; the other processes receive the results (`parallel/exchange.py`).
       slot_utilisation: sampled tokens per row-step the decode loop computed (1: no row ever waited for a
         slower one; `rl.decode_chunk` > 0 schedules continuously).
+      policy_lag: learner steps between the params that sampled the step's rollouts and those its updates
+        started from (every token of a step is sampled by one params version: the step's staleness
+        distribution is this one value; 0 in the synchronous loop, `rl.max_staleness` once the pipeline fills).
     """
 
     step: int
@@ -97,6 +100,7 @@ class StepRecord:
     rollouts_by_process: tuple[int, ...] | None
     turns_by_process: tuple[int, ...] | None
     slot_utilisation: float | None
+    policy_lag: int
 
     def to_json(self) -> dict[str, Any]:
         return _finite(dataclasses.asdict(self))
@@ -144,6 +148,8 @@ class CheckpointRecord:
       after_sft: the held-out result of the SFT policy this run started from.
       allocator: the allocator's JSON host state (RNG, posteriors, predictor buffer sizes).
       settings: `run_config.settings(run)` of the run that wrote it.
+      sampler_versions: the learner steps whose params the checkpoint also keeps (under "sampler"): those the
+        steps after it sample with (`run/pipeline.py`; none when rl.max_staleness = 0).
     """
 
     step: int
@@ -151,13 +157,14 @@ class CheckpointRecord:
     after_sft: dict[str, float]
     allocator: dict[str, Any]
     settings: dict[str, Any] | None = None
+    sampler_versions: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CheckpointRecord:
-        return cls(**d)
+        return cls(**{**d, "sampler_versions": tuple(d.get("sampler_versions", ()))})
 
 
 def _finite(value):
@@ -178,7 +185,7 @@ def _require_fields(d: dict[str, Any], cls, what: str) -> None:
     missing = sorted({f.name for f in dataclasses.fields(cls)} - set(d))
     if missing:
         raise ValueError(f"{what} has no {missing} (a record of a run stored before 2026-12-07? "
-                         "studies/migrations/identity_v2.py moves stored runs to this layout)")
+                         "studies/migrations/staleness_v3.py moves stored runs to this layout)")
 
 
 def _nan(fields: dict[str, Any], cls) -> dict[str, Any]:

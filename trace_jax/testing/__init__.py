@@ -59,4 +59,5 @@ def step_record(step: int, *, started: int = 32, finished: int | None = None, di
     allocation = AllocationRecord(budget_spent=spent, rollout_budget=planned, calibration=calibration)
     return StepRecord(step=step, ledger=ledger, trees=stats, learner=None, allocation=allocation,
                       timings=Timings(rollout_s=1.0, step_s=1.0, tokens_per_s=tokens, reshard_s=0.0), tool_errors={},
-                      cross_shard_rows=0, rollouts_by_process=None, turns_by_process=None, slot_utilisation=None)
+                      cross_shard_rows=0, rollouts_by_process=None, turns_by_process=None, slot_utilisation=None,
+                      policy_lag=0)
