@@ -132,3 +132,16 @@ def test_rollouts_on_a_device_of_their_own_give_the_same_records(uninterrupted, 
     assert [g["ledger"] for g in got.values()] == [w["ledger"] for w in want.values()]
     assert [g["trees"] for g in got.values()] == [w["trees"] for w in want.values()]
     _close(got, want)
+
+
+def test_on_a_2x2x2_mesh_the_overlapping_run_gives_one_devices_records(uninterrupted, tmp_path):
+    """Rollouts and learner on one (data, fsdp, tensor) = (2, 2, 2) mesh of 8 CPU devices, the worker's programs
+    interleaved with the learner's: the same tokens, rewards and trees as one device, figures to float rounding."""
+    workdir, _, _, _ = uninterrupted
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    subprocess.run(_driver(tmp_path, "mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2"), cwd=REPO, env=env, check=True,
+                   capture_output=True)
+    got, want = _records(tmp_path), _records(workdir)
+    assert [g["ledger"] for g in got.values()] == [w["ledger"] for w in want.values()]
+    assert [g["trees"] for g in got.values()] == [w["trees"] for w in want.values()]
+    _close(got, want)

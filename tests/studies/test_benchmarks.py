@@ -24,6 +24,7 @@ REPO = os.path.join(os.path.dirname(__file__), "..", "..")
     ("studies/benchmarks/bench_paged.py", ["--page_size", "0"], "--page_size must be >= 1, got 0"),
     ("studies/benchmarks/bench_paged.py", ["--sections", "ae"], "--sections 'ae': letters among a, b, c, d"),
     ("studies/benchmarks/bench_scheduler.py", ["--steps", "2", "--warm", "2"], "need steps >= 1 and 0 <= warm < steps"),
+    ("studies/benchmarks/bench_async.py", ["--repeats", "0"], "--repeats and --steps must be >= 1, got 0, 8"),
     ("studies/benchmarks/bench_scheduler.py", ["--arms", "trace,beam"], "--arms: ['beam'] not among"),
     ("studies/run_cost/bench_run_cost.py", ["--repeats", "0"], "--repeats must be >= 1"),
     ("studies/run_cost/bench_run_cost.py", ["--subset", "0"], "--subset must be >= 1"),

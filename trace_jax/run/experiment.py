@@ -184,7 +184,13 @@ def build(config, workdir: str) -> Setup:
 
 
 def _sampler_device(run: schema.RunConfig, mesh: Mesh | None):
-    """The rollouts' own device (`mesh.sampler_devices`=1): the second local device, beside a one-device learner."""
+    """The rollouts' own device (`mesh.sampler_devices`=1): the second local device, beside a one-device learner.
+    Refuses overlapping rollouts across processes: every process must launch the same programs in the same order,
+    and a sampler thread beside the learner's orders them differently in each process."""
+    if run.rl.max_staleness and jax.process_count() > 1:
+        raise schema.ConfigError(f"config field 'rl.max_staleness'={run.rl.max_staleness} overlaps rollouts with the "
+                                 f"learner in one process; this run spans {jax.process_count()} processes, whose "
+                                 "programs would interleave differently (not built: use rl.max_staleness=0)")
     if not run.mesh.sampler_devices:
         return None
     if mesh is not None:

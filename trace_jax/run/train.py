@@ -1,10 +1,11 @@
 """The product a user runs: `train_and_evaluate` (SFT warm start, then the RL loop with any allocator)
 and `evaluate` (`sft.sft` runs the warm start alone). Importable from notebooks; the launchers in `experiments/` only parse flags.
 
-One RL step (`rl_step`): allocate -> roll out -> score -> update predictor -> advantages -> learner
-step, returning a typed `StepRecord`; the loop then logs it, checkpoints and evaluates. Everything is
-seeded from the config; a killed run resumes from its last checkpoint and produces the same records
-as an uninterrupted one.
+One RL step: `roll_out` (allocate -> roll out -> score -> update predictor) then `learn_step` (advantages ->
+learner updates), returning a typed `StepRecord`; the loop then logs it, checkpoints and evaluates. With
+`rl.max_staleness` >= 1 (`Steps`, `run/pipeline.py`) the rollouts of later steps are sampled in a worker thread
+while the learner trains. Everything is seeded from the config; a killed run resumes from its last checkpoint and
+produces the same records as an uninterrupted one.
 """
 
 from __future__ import annotations
