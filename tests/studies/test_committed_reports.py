@@ -21,7 +21,7 @@ from trace_jax.run import experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPORTED = ["studies/decisive/config.py:confirm",
-            *(f"studies/powered/config.py:task={t}" for t in ("math", "multihop", "funcall"))]
+            *(f"studies/powered/config.py:task={t}" for t in ("math", "multihop", "funcall")), "studies/staleness/config.py"]
 
 
 def _normalized(path: str) -> str:

@@ -20,7 +20,7 @@ from trace_jax.run.checkpointing import Checkpointer
 from trace_jax.run.records import read_steps
 
 GRIDS = ["studies/decisive/config.py:screen", "studies/decisive/config.py:confirm",
-         *(f"studies/powered/config.py:task={t}" for t in ("math", "multihop", "funcall"))]
+         *(f"studies/powered/config.py:task={t}" for t in ("math", "multihop", "funcall")), "studies/staleness/config.py"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -55,8 +55,7 @@ def test_the_identity_migration_has_nothing_left_to_change_and_stored_sft_record
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.splitlines()[-1]) == {"changes": 0, "check": True}, out.stdout
     for spec in GRIDS:
-        compare, base = grid.split_config(load_config_file(os.path.join(REPO, spec.split(":")[0]) + ":" +
-                                                           spec.split(":", 1)[1]))
+        compare, base = grid.split_config(load_config_file(os.path.join(REPO, spec)))
         sft = Checkpointer(os.path.join(REPO, compare.results, "shared", "sft"))
         step = sft.latest_step()
         sft.verify(step)  # the migrated record still matches its checksums, where the step has them

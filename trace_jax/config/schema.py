@@ -99,8 +99,10 @@ class RLSection:
       max_staleness: learner steps the params that sample a step's rollouts may lag the learner's (s). 0: the
         synchronous loop (rollouts of step t by the params after step t - 1). s >= 1: a worker samples step
         t + s while the learner trains step t (`run/pipeline.py`); pair it with loss.name="decoupled_ppo", which
-        corrects for the older sampler. Default 0: the measurements (docs/scaling.md, "Rollouts that overlap
-        the learner") do not yet show s = 1 learning as well as s = 0 at equal steps.
+        corrects for the older sampler. Default 0: s = 1 is 1.64x faster per step where rollouts and learner take
+        comparable time (1.11x where the learner dominates; docs/scaling.md), but whether it learns as well at
+        equal steps is not settled: TRACE s1 - s0 +0.8 points [-3.3, +5.5] at 4 seeds, inconclusive under the 3
+        point margin fixed beforehand (studies/staleness/).
     """
 
     steps: int = ranged(80, AT_LEAST_0)
